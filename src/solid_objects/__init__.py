@@ -1,0 +1,60 @@
+"""Solid Objects: durable virtual actors in the SQL database you already run.
+
+    from solid_objects import Actor, Runtime, query
+
+    class Counter(Actor):
+        value: int = 0
+
+        def add(self, n: int = 1) -> int:
+            self.value += n
+            return self.value
+
+    runtime = Runtime("sqlite:///app.db")
+    runtime.install()
+    with runtime:
+        runtime.ref(Counter, "a").add(n=2)
+"""
+
+from .actor import Actor, query
+from .errors import (
+    ActorDestroyed,
+    CallTimeout,
+    IdempotencyConflict,
+    InvalidArguments,
+    LeaseLost,
+    MessageFailed,
+    PayloadTooLarge,
+    Rejected,
+    SolidObjectsError,
+    Unauthorized,
+    UnknownActorType,
+    UnknownOperation,
+)
+from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref
+from .runtime import AsyncRuntime, Runtime
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Actor",
+    "ActorDestroyed",
+    "AsyncMessageReference",
+    "AsyncRef",
+    "AsyncRuntime",
+    "CallTimeout",
+    "IdempotencyConflict",
+    "InvalidArguments",
+    "LeaseLost",
+    "MessageFailed",
+    "MessageReference",
+    "PayloadTooLarge",
+    "Ref",
+    "Rejected",
+    "Runtime",
+    "SolidObjectsError",
+    "Unauthorized",
+    "UnknownActorType",
+    "UnknownOperation",
+    "__version__",
+    "query",
+]

@@ -1,0 +1,61 @@
+"""JSON encoding rules shared by arguments, results, state and errors.
+
+Arguments are stored as *canonical* JSON (sorted keys, no whitespace, no NaN)
+so that an idempotency key compares the meaning of two calls, not the order
+their keyword arguments happened to be written in.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from .errors import InvalidActorId, InvalidArguments, PayloadTooLarge
+
+MAX_ID_LENGTH = 255
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def canonical_json(value: Any) -> str:
+    """Encode ``value`` deterministically; refuse NaN and infinities."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def encode_json(value: Any, *, what: str, limit: int) -> str:
+    """Encode ``value`` as canonical JSON, refusing non-JSON values and oversize payloads."""
+    try:
+        text = canonical_json(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArguments(f"{what} is not JSON: {exc}") from None
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise PayloadTooLarge(f"{what} is {size} bytes; the limit is {limit} bytes")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArguments(f"{what} holds a lone surrogate; it cannot be stored") from None
+    return text
+
+
+def decode_json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def check_identifier(value: object, *, what: str = "actor id") -> str:
+    """Validate an actor id or idempotency key: a non-empty, printable string."""
+    if not isinstance(value, str):
+        raise InvalidActorId(f"{what} must be a str, not {type(value).__name__}")
+    if not value:
+        raise InvalidActorId(f"{what} must not be empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidActorId(f"{what} is {len(value)} characters; at most {MAX_ID_LENGTH}")
+    if _CONTROL.search(value):
+        raise InvalidActorId(f"{what} {value!r} contains control characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidActorId(f"{what} {value!r} is not valid Unicode text") from None
+    return value

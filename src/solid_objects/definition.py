@@ -1,0 +1,357 @@
+"""Introspection of actor classes: state fields, operations and their validators.
+
+One :class:`ActorDefinition` per class, built when the class is defined. It
+owns every conversion between Python values and stored JSON for that class:
+arguments, results and state, each validated with pydantic against the
+annotations the user wrote.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import re
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, get_origin
+
+from pydantic import ConfigDict, PydanticSchemaGenerationError, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
+from typing_extensions import NotRequired, Required, TypedDict
+
+from .codec import encode_json
+from .errors import (
+    InvalidActorDefinition,
+    InvalidArguments,
+    InvalidState,
+    PayloadTooLarge,
+    StateMigrationError,
+)
+
+#: Names that belong to the library on actors and references; no field or
+#: operation may use them.
+RESERVED_NAMES = frozenset(
+    {
+        "actor_id",
+        "actor_type",
+        "actor_class",
+        "state_version",
+        "migrations",
+        "runtime",
+        "ref",
+        "call",
+        "send",
+        "snapshot",
+        "destroy",
+        "with_options",
+        "emit",
+        "schedule",
+        "cancel_schedule",
+        "send_to",
+        "current_message",
+        "on_activate",
+        "on_deactivate",
+    }
+)
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_TYPE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+_MUTABLE = (list, dict, set, bytearray)
+
+
+def _fail(cls: type, message: str) -> InvalidActorDefinition:
+    return InvalidActorDefinition(f"{cls.__qualname__}: {message}")
+
+
+def _typed_dict(name: str, fields: dict[str, Any]) -> Any:
+    td: Any = TypedDict(name, fields)  # type: ignore[operator]
+    td.__pydantic_config__ = ConfigDict(extra="forbid")
+    return td
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"]) or "value"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One public method of an actor, with its argument and result validators."""
+
+    name: str
+    function: Callable[..., Any]
+    is_query: bool
+    is_async: bool
+    parameters: tuple[str, ...]
+    arguments: TypeAdapter[Any]
+    result: TypeAdapter[Any]
+
+    def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """Turn a Python call's arguments into a validated, JSON-ready dict."""
+        if len(args) > len(self.parameters):
+            raise InvalidArguments(
+                f"{self.name}() takes {len(self.parameters)} arguments, {len(args)} given"
+            )
+        values = dict(zip(self.parameters, args, strict=False))
+        for key, value in kwargs.items():
+            if key in values:
+                raise InvalidArguments(f"{self.name}() got multiple values for {key!r}")
+            values[key] = value
+        try:
+            validated = self.arguments.validate_python(values)
+            return self.arguments.dump_python(validated, mode="json")  # type: ignore[no-any-return]
+        except ValidationError as exc:
+            raise InvalidArguments(f"{self.name}(): {_validation_message(exc)}") from None
+        except PydanticSerializationError as exc:
+            raise InvalidArguments(f"{self.name}(): arguments are not JSON: {exc}") from None
+
+    def encode_arguments(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, limit: int
+    ) -> str:
+        return encode_json(self.bind(args, kwargs), what=f"arguments of {self.name}()", limit=limit)
+
+    def decode_arguments(self, text: str) -> dict[str, Any]:
+        """Validate stored arguments against the *current* signature (it may have changed)."""
+        try:
+            return self.arguments.validate_json(text)  # type: ignore[no-any-return]
+        except ValidationError as exc:
+            raise InvalidArguments(f"{self.name}(): {_validation_message(exc)}") from None
+
+    def encode_result(self, value: Any, *, limit: int) -> str:
+        try:
+            checked = self.result.validate_python(value)
+            plain = self.result.dump_python(checked, mode="json")
+        except ValidationError as exc:
+            raise InvalidArguments(
+                f"{self.name}() returned a value that does not match its annotation: "
+                f"{_validation_message(exc)}"
+            ) from None
+        except PydanticSerializationError as exc:
+            raise InvalidArguments(f"{self.name}() returned a value that is not JSON: {exc}")
+        return encode_json(plain, what=f"result of {self.name}()", limit=limit)
+
+    def decode_result(self, text: str | None) -> Any:
+        if text is None:
+            return None
+        return self.result.validate_json(text)
+
+
+@dataclass
+class ActorDefinition:
+    """Everything the runtime needs to know about one actor class."""
+
+    cls: type[Any]
+    actor_type: str
+    state_version: int
+    migrations: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]]
+    defaults: dict[str, Any]
+    state: TypeAdapter[Any]
+    operations: dict[str, Operation] = field(default_factory=dict)
+
+    RESERVED: ClassVar[frozenset[str]] = RESERVED_NAMES
+
+    def operation(self, name: str) -> Operation | None:
+        return self.operations.get(name)
+
+    def default_state(self) -> dict[str, Any]:
+        return copy.deepcopy(self.defaults)
+
+    def load_state(self, text: str | None, version: int | None) -> dict[str, Any]:
+        """Decode stored state, migrating it from ``version`` to the class's version."""
+        if text is None:
+            return self.default_state()
+        raw = json.loads(text)
+        current = version or 1
+        if current > self.state_version:
+            raise StateMigrationError(
+                f"{self.actor_type} state was written by state_version {current}; this code "
+                f"knows version {self.state_version}. Deploy the newer code everywhere."
+            )
+        while current < self.state_version:
+            step = self.migrations.get(current)
+            if step is None:
+                raise StateMigrationError(
+                    f"{self.actor_type}: no migration from state_version {current} "
+                    f"to {current + 1}"
+                )
+            try:
+                raw = step(raw)
+            except Exception as exc:
+                raise StateMigrationError(
+                    f"{self.actor_type}: migration from state_version {current} failed: {exc!r}"
+                ) from exc
+            if not isinstance(raw, dict):
+                raise StateMigrationError(
+                    f"{self.actor_type}: migration from {current} returned "
+                    f"{type(raw).__name__}, not dict"
+                )
+            current += 1
+        merged = self.default_state()
+        merged.update({k: v for k, v in raw.items() if k in self.defaults})
+        try:
+            return self.state.validate_python(merged)  # type: ignore[no-any-return]
+        except ValidationError as exc:
+            raise StateMigrationError(
+                f"{self.actor_type}: stored state does not match the class: "
+                f"{_validation_message(exc)}"
+            ) from None
+
+    def capture_state(self, instance: Any) -> dict[str, Any]:
+        return {name: getattr(instance, name) for name in self.defaults}
+
+    def dump_state(self, values: dict[str, Any], *, limit: int) -> str:
+        try:
+            plain = self.state.dump_python(self.state.validate_python(values), mode="json")
+        except ValidationError as exc:
+            raise InvalidState(f"{self.actor_type}: {_validation_message(exc)}") from None
+        except PydanticSerializationError as exc:
+            raise InvalidState(f"{self.actor_type}: state is not JSON: {exc}") from None
+        try:
+            return encode_json(plain, what=f"{self.actor_type} state", limit=limit)
+        except PayloadTooLarge:
+            raise
+        except InvalidArguments as exc:
+            raise InvalidState(str(exc)) from None
+
+    def instantiate(self, actor_id: str, state: dict[str, Any]) -> Any:
+        """A fresh instance holding ``state``; ``__init__`` is never called."""
+        instance = self.cls.__new__(self.cls)
+        instance.actor_id = actor_id
+        for name, value in state.items():
+            setattr(instance, name, value)
+        return instance
+
+
+def _is_classvar(annotation: Any) -> bool:
+    return annotation is ClassVar or get_origin(annotation) is ClassVar
+
+
+def _build_operation(cls: type, name: str, function: Callable[..., Any]) -> Operation:
+    try:
+        hints = typing.get_type_hints(function, include_extras=True)
+    except Exception as exc:
+        raise _fail(cls, f"cannot resolve annotations of {name}(): {exc}") from None
+    signature = inspect.signature(function)
+    params = list(signature.parameters.values())[1:]  # drop self
+    fields: dict[str, Any] = {}
+    order: list[str] = []
+    for param in params:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise _fail(cls, f"{name}() may not take *args or **kwargs; name each argument")
+        if param.kind is param.POSITIONAL_ONLY:
+            raise _fail(cls, f"{name}(): positional-only argument {param.name!r} is not allowed")
+        if param.name.startswith("_"):
+            raise _fail(cls, f"{name}(): argument names may not start with '_'")
+        annotation = hints.get(param.name, Any)
+        wrapper = Required if param.default is param.empty else NotRequired
+        fields[param.name] = wrapper[annotation]
+        if param.kind is param.POSITIONAL_OR_KEYWORD:
+            order.append(param.name)
+    returns = hints.get("return", Any)
+    try:
+        arguments: TypeAdapter[Any] = TypeAdapter(_typed_dict(f"{cls.__name__}_{name}", fields))
+        result: TypeAdapter[Any] = TypeAdapter(
+            type(None) if returns is None else returns  # `-> None`
+        )
+    except (PydanticSchemaGenerationError, TypeError) as exc:
+        raise _fail(cls, f"{name}(): its annotations cannot be stored as JSON: {exc}") from None
+    unwrapped = inspect.unwrap(function)
+    return Operation(
+        name=name,
+        function=function,
+        is_query=bool(getattr(function, "__solid_query__", False)),
+        is_async=inspect.iscoroutinefunction(unwrapped),
+        parameters=tuple(order),
+        arguments=arguments,
+        result=result,
+    )
+
+
+def build_definition(cls: type, base: type) -> ActorDefinition:
+    """Introspect ``cls`` (a subclass of ``base``) or raise InvalidActorDefinition."""
+    actor_type = cls.__dict__.get("actor_type", cls.__name__)
+    if not isinstance(actor_type, str) or not _TYPE_NAME.match(actor_type):
+        raise _fail(cls, f"actor_type {actor_type!r} must match {_TYPE_NAME.pattern}")
+    version = getattr(cls, "state_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise _fail(cls, f"state_version must be a positive int, not {version!r}")
+    migrations = getattr(cls, "migrations", {})
+    if not isinstance(migrations, Mapping) or not all(
+        isinstance(k, int) and callable(v) for k, v in migrations.items()
+    ):
+        raise _fail(cls, "migrations must map int versions to functions")
+    if "__init__" in cls.__dict__:
+        raise _fail(
+            cls,
+            "actors may not define __init__: state comes from annotated attributes with "
+            "defaults; the runtime builds instances",
+        )
+
+    base_names = set(vars(base)) | set(getattr(base, "__annotations__", {}))
+    try:
+        hints = typing.get_type_hints(cls, include_extras=True)
+    except Exception as exc:
+        raise _fail(cls, f"cannot resolve annotations: {exc}") from None
+
+    defaults: dict[str, Any] = {}
+    fields: dict[str, Any] = {}
+    operations: dict[str, Operation] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is base or not issubclass(klass, base):
+            continue
+        for name in getattr(klass, "__annotations__", {}):
+            annotation = hints.get(name)
+            if _is_classvar(annotation) or name.startswith("_"):
+                continue
+            if name in RESERVED_NAMES or name in base_names:
+                raise _fail(cls, f"{name!r} is reserved and cannot be a state field")
+            if not _NAME.match(name):
+                raise _fail(cls, f"state field {name!r} is not a valid name")
+            if name not in klass.__dict__ and name not in defaults:
+                raise _fail(cls, f"state field {name!r} needs a default value")
+            if name in klass.__dict__:
+                defaults[name] = klass.__dict__[name]
+            fields[name] = annotation
+        for name, member in klass.__dict__.items():
+            if name.startswith("_") or name in getattr(klass, "__annotations__", {}):
+                continue
+            if isinstance(member, staticmethod | classmethod | property):
+                continue
+            if inspect.isfunction(member):
+                if name in RESERVED_NAMES or name in base_names:
+                    raise _fail(cls, f"{name!r} is reserved and cannot be an operation")
+                operations[name] = _build_operation(cls, name, member)
+            elif isinstance(member, _MUTABLE) and name not in base_names:
+                raise _fail(
+                    cls,
+                    f"{name!r} holds a mutable value but has no annotation: annotate it to "
+                    "make it durable state, or mark it ClassVar",
+                )
+    clash = set(fields) & set(operations)
+    if clash:
+        raise _fail(cls, f"{sorted(clash)} are both state fields and operations")
+    for name in fields:
+        operations.pop(name, None)
+    try:
+        state: TypeAdapter[Any] = TypeAdapter(
+            _typed_dict(f"{cls.__name__}State", {k: Required[v] for k, v in fields.items()})
+        )
+        normalized = state.dump_python(state.validate_python(defaults), mode="json")
+        encode_json(normalized, what="default state", limit=1 << 30)
+    except (PydanticSchemaGenerationError, TypeError) as exc:
+        raise _fail(cls, f"state annotations cannot be stored as JSON: {exc}") from None
+    except (ValidationError, PydanticSerializationError, InvalidArguments) as exc:
+        raise _fail(cls, f"default state is not valid JSON state: {exc}") from None
+    return ActorDefinition(
+        cls=cls,
+        actor_type=actor_type,
+        state_version=version,
+        migrations=dict(migrations),
+        defaults=defaults,
+        state=state,
+        operations=operations,
+    )

@@ -1,0 +1,272 @@
+"""The caller's side of the engine: enqueue, wait, read outcomes, queries.
+
+Both faces (``Ref`` and ``AsyncRef``) call these plain synchronous methods;
+the async face runs them in a thread pool. A caller whose message runs in
+this process is woken by the worker through :class:`Waiters` as soon as the
+turn commits; otherwise it reads the message row with a backoff that starts
+at 2 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TYPE_CHECKING, Any
+
+from ..codec import decode_json
+from ..definition import ActorDefinition, Operation
+from ..errors import (
+    ActorDestroyed,
+    CallTimeout,
+    MessageNotFound,
+    MessagePending,
+    RuntimeNotStarted,
+    error_from_document,
+)
+from ..options import Options
+from ..store import Store
+from ..store.store import TERMINAL, new_id
+from .waiters import Outcome, Waiters
+from .worker import WorkerPool
+
+if TYPE_CHECKING:
+    from ..ref import CallOptions, MessageReference
+
+_FIRST_POLL = 0.002
+_MAX_POLL = 0.05
+
+
+class Client:
+    def __init__(self, store: Store, pool: WorkerPool, waiters: Waiters, options: Options) -> None:
+        self.store = store
+        self.pool = pool
+        self.waiters = waiters
+        self.options = options
+        self._schema_checked = False
+
+    def ensure_schema(self) -> None:
+        if not self._schema_checked:
+            self.store.check_installed()
+            self._schema_checked = True
+
+    # --- enqueue ----------------------------------------------------------------------
+
+    def send(
+        self,
+        definition: ActorDefinition,
+        actor_id: str,
+        operation: Operation,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        options: CallOptions,
+        *,
+        register_waiter: bool = False,
+    ) -> str:
+        """Validate, then durably enqueue; returns the message id once committed."""
+        arguments = operation.encode_arguments(args, kwargs, limit=self.options.max_payload_bytes)
+        self.ensure_schema()
+        message_id = new_id()
+        if register_waiter:
+            self.waiters.register(message_id)
+        claim = self.pool.running and self.options.workers > 0
+        try:
+            with self.store.write() as conn:
+                enqueued = self.store.enqueue(
+                    conn,
+                    message_id=message_id,
+                    actor_type=definition.actor_type,
+                    actor_id=actor_id,
+                    operation=operation.name,
+                    arguments=arguments,
+                    idempotency_key=options.idempotency_key,
+                    delay_ms=int(options.delay * 1000),
+                    claim_for=self.pool.owner if claim else None,
+                    lease_ms=self.options.lease_ms,
+                )
+        except BaseException:
+            self.waiters.forget(message_id)
+            raise
+        message = enqueued.message
+        if enqueued.existing:
+            self.waiters.forget(message_id)
+            if register_waiter:
+                self.waiters.register(message.id)
+        if enqueued.claimed is not None:
+            self.pool.adopt(enqueued.claimed)
+        elif message.status == "queued" and self.pool.signal(message.actor_pk):
+            pass
+        else:
+            self.pool.wake()
+        return message.id
+
+    def require_workers(self) -> None:
+        if self.options.workers > 0 and not self.pool.running:
+            raise RuntimeNotStarted(
+                "this runtime runs no workers yet: use `with runtime:` (or runtime.start()) "
+                "before calling, or create it with workers=0 if other processes run them"
+            )
+
+    # --- outcomes ---------------------------------------------------------------------
+
+    def outcome(self, message_id: str) -> Outcome | None:
+        """The stored terminal outcome, or None while the message is pending."""
+        with self.store.read() as conn:
+            row = self.store.message(conn, message_id)
+        if row is None:
+            raise MessageNotFound(f"no message {message_id!r} (never sent, or pruned)")
+        if row.status not in TERMINAL:
+            return None
+        return Outcome(row.status, row.result, row.error)
+
+    def status(self, message_id: str) -> str:
+        with self.store.read() as conn:
+            row = self.store.message(conn, message_id)
+        if row is None:
+            raise MessageNotFound(f"no message {message_id!r} (never sent, or pruned)")
+        return row.status
+
+    @staticmethod
+    def settle(message: MessageReference[Any], outcome: Outcome) -> Any:
+        """The value a caller gets for a terminal outcome, or the exception it raises."""
+        if outcome.status == "completed":
+            return message._operation.decode_result(outcome.result)
+        if outcome.status == "destroyed":
+            raise ActorDestroyed(
+                f"{message.actor_type} {message.actor_id!r} was destroyed before message "
+                f"{message.id} ran"
+            )
+        document = decode_json(outcome.error) or {}
+        raise error_from_document(message.id, document, rejected=outcome.status == "rejected")
+
+    def result(self, message: MessageReference[Any]) -> Any:
+        outcome = self.outcome(message.id)
+        if outcome is None:
+            raise MessagePending(f"message {message.id} has not finished; use wait()")
+        return self.settle(message, outcome)
+
+    def wait(self, message: MessageReference[Any], timeout: float | None) -> Any:
+        limit = self.options.call_timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        future: Future[Outcome] = self.waiters.register(message.id)
+        delay = _FIRST_POLL
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                try:
+                    return self.settle(message, future.result(max(0.0, min(delay, remaining))))
+                except FutureTimeout:
+                    pass
+                outcome = self.outcome(message.id)
+                if outcome is not None:
+                    return self.settle(message, outcome)
+                if remaining <= 0:
+                    raise CallTimeout(self.diagnose(message.id, limit), message)
+                delay = min(delay * 2, _MAX_POLL)
+        finally:
+            self.waiters.forget(message.id)
+
+    async def wait_async(
+        self, message: MessageReference[Any], timeout: float | None, run: Any
+    ) -> Any:
+        """The asyncio wait: the same loop, awaiting instead of blocking."""
+        limit = self.options.call_timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        future = asyncio.wrap_future(self.waiters.register(message.id))
+        delay = _FIRST_POLL
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                done, _ = await asyncio.wait({future}, timeout=max(0.0, min(delay, remaining)))
+                if done:
+                    return self.settle(message, future.result())
+                outcome = await run(self.outcome, message.id)
+                if outcome is not None:
+                    return self.settle(message, outcome)
+                if remaining <= 0:
+                    raise CallTimeout(await run(self.diagnose, message.id, limit), message)
+                delay = min(delay * 2, _MAX_POLL)
+        finally:
+            self.waiters.forget(message.id)
+
+    def diagnose(self, message_id: str, waited: float) -> str:
+        """Say what a timed-out call is waiting on, for the CallTimeout message."""
+        head = f"message {message_id} did not finish within {waited:g}s"
+        with self.store.read() as conn:
+            row = self.store.message(conn, message_id)
+            if row is None:
+                return f"{head}: the message no longer exists"
+            actor = self.store.actor_status(conn, row.actor_pk)
+        who = f"{row.actor_type} {row.actor_id!r}"
+        if row.status in TERMINAL:
+            return f"{head}: it finished as {row.status} just now"
+        if actor is None:
+            return f"{head}: {who} was destroyed"
+        if row.status == "scheduled":
+            return f"{head}: it is delayed and enters the mailbox in " \
+                   f"{(row.available_at - actor.now) / 1000:.1f}s"
+        ahead = (row.seq or 0) - actor.done_seq - 1
+        parts = [f"{ahead} message(s) ahead of it in {who}'s mailbox"]
+        if actor.paused:
+            parts.append("the actor is paused")
+        if actor.ready_at is not None and actor.ready_at > actor.now:
+            parts.append(
+                f"the head message failed {actor.attempt} time(s) and is retried in "
+                f"{(actor.ready_at - actor.now) / 1000:.1f}s"
+            )
+        if actor.lease_owner is None:
+            if self.options.workers == 0 or not self.pool.running:
+                parts.append("no worker holds the actor and this process runs none: is a "
+                             "`solid-objects worker` process running?")
+            else:
+                parts.append("no worker has claimed the actor yet (workers are busy)")
+        elif actor.lease_expires_at is not None and actor.lease_expires_at <= actor.now:
+            parts.append(f"the lease of worker {actor.lease_owner} expired "
+                         f"{(actor.now - actor.lease_expires_at) / 1000:.1f}s ago; "
+                         "waiting for a worker to take over")
+        else:
+            mine = " (this process)" if actor.lease_owner == self.pool.owner else ""
+            parts.append(f"worker {actor.lease_owner}{mine} is running it")
+        return f"{head}: " + "; ".join(parts)
+
+    # --- reads of committed state -----------------------------------------------------
+
+    def load_state(self, definition: ActorDefinition, actor_id: str) -> dict[str, Any]:
+        self.ensure_schema()
+        with self.store.read() as conn:
+            found = self.store.actor_state(conn, definition.actor_type, actor_id)
+        if found is None:
+            return definition.default_state()
+        return definition.load_state(found[0], found[1])
+
+    def snapshot(self, definition: ActorDefinition, actor_id: str) -> dict[str, Any]:
+        state = self.load_state(definition, actor_id)
+        return definition.state.dump_python(state, mode="json")  # type: ignore[no-any-return]
+
+    def query(
+        self,
+        definition: ActorDefinition,
+        actor_id: str,
+        operation: Operation,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> Any:
+        """Run a ``@query`` on a throwaway instance holding the committed state."""
+        arguments = operation.decode_arguments(
+            operation.encode_arguments(args, kwargs, limit=self.options.max_payload_bytes)
+        )
+        instance = definition.instantiate(actor_id, self.load_state(definition, actor_id))
+        value = operation.function(instance, **arguments)
+        if inspect.isawaitable(value):
+            value = asyncio.run(value)  # type: ignore[arg-type]
+        return operation.decode_result(
+            operation.encode_result(value, limit=self.options.max_result_bytes)
+        )
+
+    def destroy(self, definition: ActorDefinition, actor_id: str) -> bool:
+        self.ensure_schema()
+        with self.store.write() as conn:
+            return self.store.destroy(conn, definition.actor_type, actor_id)

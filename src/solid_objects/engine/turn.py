@@ -1,0 +1,106 @@
+"""Running one message against one hydrated actor, outside any transaction.
+
+:func:`execute` never touches the database. It turns the user's method call
+into a :class:`TurnOutcome`: the state and result to commit, a rejection, a
+deterministic failure (dead letter at once), or a retryable failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..codec import canonical_json
+from ..definition import ActorDefinition
+from ..errors import DETERMINISTIC, Rejected, UnknownOperation, error_document
+from ..store import MessageRow
+
+log = logging.getLogger("solid_objects.turn")
+
+Kind = Literal["completed", "rejected", "dead", "retry"]
+
+
+@dataclass(slots=True)
+class TurnOutcome:
+    kind: Kind
+    result: str | None = None
+    #: New state JSON, or None when the state did not change.
+    state: str | None = None
+    error: str | None = None
+    exception: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    result_bytes: int
+    state_bytes: int
+
+
+_loops = threading.local()
+
+
+def run_coroutine(coro: Any) -> Any:
+    """Run an ``async def`` operation on this worker thread's own event loop."""
+    loop = getattr(_loops, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = asyncio.new_event_loop()
+        _loops.loop = loop
+    return loop.run_until_complete(coro)
+
+
+def failure(exc: BaseException, *, deterministic: bool) -> TurnOutcome:
+    doc = canonical_json(error_document(exc))
+    if isinstance(exc, Rejected):
+        return TurnOutcome("rejected", error=doc, exception=exc)
+    return TurnOutcome("dead" if deterministic else "retry", error=doc, exception=exc)
+
+
+def execute(
+    definition: ActorDefinition,
+    instance: Any,
+    committed_state: str | None,
+    message: MessageRow,
+    limits: Limits,
+) -> TurnOutcome:
+    """Run ``message`` on ``instance`` and describe what to commit.
+
+    ``instance`` may be mutated even when the outcome is a failure; the caller
+    rebuilds it from ``committed_state`` in that case.
+    """
+    operation = definition.operation(message.operation)
+    if operation is None:
+        return failure(
+            UnknownOperation(
+                f"{definition.actor_type} has no operation {message.operation!r} "
+                "(it may have been renamed or removed since the message was sent)"
+            ),
+            deterministic=True,
+        )
+    try:
+        arguments = operation.decode_arguments(message.arguments)
+        value = operation.function(instance, **arguments)
+        if inspect.isawaitable(value):
+            value = run_coroutine(value)
+        result = operation.encode_result(value, limit=limits.result_bytes)
+        state = definition.dump_state(definition.capture_state(instance), limit=limits.state_bytes)
+    except Rejected as exc:
+        return failure(exc, deterministic=True)
+    except DETERMINISTIC as exc:
+        return failure(exc, deterministic=True)
+    except Exception as exc:
+        log.warning(
+            "turn failed: %s %s.%s: %r",
+            message.actor_type,
+            message.actor_id,
+            message.operation,
+            exc,
+            extra={"solid_action": "turn_failed", "message_id": message.id},
+        )
+        return failure(exc, deterministic=False)
+    return TurnOutcome(
+        "completed", result=result, state=None if state == committed_state else state
+    )

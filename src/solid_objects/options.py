@@ -1,0 +1,88 @@
+"""Runtime options, validated once with clear errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+from .errors import ConfigurationError
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every tunable of a :class:`~solid_objects.Runtime`; pass them as keyword arguments."""
+
+    #: Seconds an activation lease lasts without renewal; a stalled worker loses it after this.
+    lease_duration: float = 30.0
+    #: In-process worker threads; 0 makes a caller-only process that relies on other workers.
+    workers: int = 4
+    #: Default seconds a call waits for its committed result.
+    call_timeout: float = 30.0
+    #: Longest sleep of an idle poll for work from other processes (seconds).
+    poll_interval: float = 0.5
+    #: Attempts (including crashes mid-turn) before a message becomes a dead letter.
+    max_attempts: int = 5
+    #: First retry delay in seconds; doubles per attempt up to ``retry_max_delay``.
+    retry_base_delay: float = 0.5
+    retry_max_delay: float = 30.0
+    #: Turns one activation runs before other actors get a worker (fairness).
+    max_turns_per_activation: int = 64
+    #: Seconds an idle activation keeps its lease and cached state before releasing them.
+    idle_timeout: float = 10.0
+    max_payload_bytes: int = 1 << 20
+    max_result_bytes: int = 1 << 20
+    max_state_bytes: int = 5 << 20
+    #: SQLite only: ``NORMAL`` survives process crashes; ``FULL`` also power loss.
+    sqlite_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+    #: Seconds a statement waits for a lock held by another connection.
+    busy_timeout: float = 30.0
+    #: Prefix of the library's table names.
+    table_prefix: str = "solid_"
+
+    @classmethod
+    def from_kwargs(cls, kwargs: dict[str, Any]) -> Options:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown runtime option(s) {unknown}; valid options: {sorted(known)}"
+            )
+        options = cls(**kwargs)
+        options.validate()
+        return options
+
+    def validate(self) -> None:
+        def positive(name: str, *, integer: bool = False, zero: bool = False) -> None:
+            value = getattr(self, name)
+            kinds = (int,) if integer else (int, float)
+            if isinstance(value, bool) or not isinstance(value, kinds):
+                kind = "an int" if integer else "a number"
+                raise ConfigurationError(f"{name} must be {kind}, not {value!r}")
+            if value < 0 or (value == 0 and not zero):
+                raise ConfigurationError(f"{name} must be {'>= 0' if zero else '> 0'}, not {value}")
+
+        for name in ("lease_duration", "call_timeout", "poll_interval", "retry_base_delay",
+                     "retry_max_delay", "idle_timeout", "busy_timeout"):
+            positive(name)
+        positive("workers", integer=True, zero=True)
+        for name in ("max_attempts", "max_turns_per_activation", "max_payload_bytes",
+                     "max_result_bytes", "max_state_bytes"):
+            positive(name, integer=True)
+        if self.lease_duration < 0.05:
+            raise ConfigurationError("lease_duration must be at least 0.05 seconds")
+        if self.sqlite_synchronous not in ("NORMAL", "FULL"):
+            raise ConfigurationError("sqlite_synchronous must be 'NORMAL' or 'FULL'")
+        if not re.fullmatch(r"[a-z][a-z0-9_]{0,30}", self.table_prefix):
+            raise ConfigurationError("table_prefix must match [a-z][a-z0-9_]{0,30}")
+
+    def replace(self, **changes: Any) -> Options:
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.lease_duration * 1000)
+
+    def retry_delay(self, attempt: int) -> float:
+        return float(min(self.retry_base_delay * 2 ** max(attempt - 1, 0), self.retry_max_delay))

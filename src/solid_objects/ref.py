@@ -1,0 +1,410 @@
+"""References: the user-facing handles on actors and their messages.
+
+``Ref`` / ``AsyncRef`` address one actor; ``ref.add(n=1)`` waits for the
+committed result, ``ref.add.send(n=1)`` returns a ``MessageReference`` after
+the durable enqueue, and ``ref.call(Counter.add, n=1)`` is the same call in a
+form type checkers understand. The async classes mirror the sync ones name
+for name; both delegate every database step to the runtime's engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+
+from .codec import check_identifier
+from .definition import ActorDefinition, Operation
+from .errors import InvalidArguments, UnknownOperation
+
+if TYPE_CHECKING:
+    from .runtime import AsyncRuntime, Runtime
+
+A = TypeVar("A")
+P = ParamSpec("P")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class CallOptions:
+    """Per-call options, kept apart from the operation's own keyword arguments."""
+
+    idempotency_key: str | None = None
+    timeout: float | None = None
+    delay: float = 0.0
+
+    def merge(
+        self,
+        idempotency_key: str | None,
+        timeout: float | timedelta | None,
+        delay: float | timedelta | None,
+    ) -> CallOptions:
+        changes: dict[str, Any] = {}
+        if idempotency_key is not None:
+            changes["idempotency_key"] = check_identifier(idempotency_key, what="idempotency key")
+        if timeout is not None:
+            changes["timeout"] = _seconds(timeout, "timeout")
+        if delay is not None:
+            changes["delay"] = _seconds(delay, "delay")
+        return replace(self, **changes)
+
+
+def _seconds(value: float | timedelta, what: str) -> float:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise InvalidArguments(f"{what} must be a number of seconds or a timedelta")
+    if value < 0:
+        raise InvalidArguments(f"{what} must not be negative")
+    return float(value)
+
+
+def resolve_operation(definition: ActorDefinition, name: str) -> Operation:
+    """Look up a public operation or query by name; refuse private and unknown names."""
+    if name.startswith("_"):
+        raise UnknownOperation(f"{name!r} is private; only public methods can be called")
+    operation = definition.operation(name)
+    if operation is None:
+        raise UnknownOperation(
+            f"{definition.actor_type} has no operation {name!r}; "
+            f"known: {sorted(definition.operations)}"
+        )
+    return operation
+
+
+def operation_of(definition: ActorDefinition, method: Callable[..., Any]) -> Operation:
+    """The operation a method object (``Counter.add``) names, checked against the actor."""
+    name = getattr(method, "__name__", None)
+    if not isinstance(name, str):
+        raise UnknownOperation(f"{method!r} is not a method of {definition.actor_type}")
+    operation = resolve_operation(definition, name)
+    if operation.function is not method and getattr(method, "__wrapped__", None) is not (
+        operation.function
+    ):
+        raise UnknownOperation(
+            f"{getattr(method, '__qualname__', name)} is not an operation of "
+            f"{definition.actor_type}"
+        )
+    return operation
+
+
+# --- sync face -----------------------------------------------------------------------------
+
+
+class MessageReference(Generic[R_co]):
+    """A durable message: poll it, read its outcome, or wait for it."""
+
+    def __init__(self, runtime: Runtime, id: str, operation: Operation, actor_type: str,
+                 actor_id: str) -> None:
+        self._runtime = runtime
+        self._operation = operation
+        self.id = id
+        self.actor_type = actor_type
+        self.actor_id = actor_id
+
+    @property
+    def operation(self) -> str:
+        return self._operation.name
+
+    def status(self) -> str:
+        """``scheduled``, ``queued``, ``completed``, ``rejected``, ``dead`` or ``destroyed``."""
+        return self._runtime._engine.status(self.id)
+
+    def result(self) -> R_co:
+        """The committed result now; raises MessagePending if the message has not finished."""
+        return self._runtime._engine.result(self)  # type: ignore[no-any-return]
+
+    def wait(self, timeout: float | None = None) -> R_co:
+        """Wait for the committed result; CallTimeout keeps this reference usable."""
+        return self._runtime._engine.wait(self, timeout)  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        return f"<MessageReference {self.id} {self.actor_type}({self.actor_id!r}).{self.operation}>"
+
+
+class OperationHandle:
+    """``ref.add``: call it to wait for the result, or ``.send(...)`` to enqueue."""
+
+    def __init__(self, ref: Ref[Any], operation: Operation, options: CallOptions) -> None:
+        self._ref = ref
+        self._operation = operation
+        self._options = options
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._ref._invoke(self._operation, args, kwargs, self._options)
+
+    def send(self, *args: Any, **kwargs: Any) -> MessageReference[Any]:
+        return self._ref._send(self._operation, args, kwargs, self._options)
+
+    def with_options(
+        self,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | timedelta | None = None,
+        delay: float | timedelta | None = None,
+    ) -> OperationHandle:
+        return OperationHandle(
+            self._ref, self._operation, self._options.merge(idempotency_key, timeout, delay)
+        )
+
+
+class Ref(Generic[A]):
+    """A reference to one actor identity: ``runtime.ref(Counter, "a")``."""
+
+    def __init__(self, runtime: Runtime, definition: ActorDefinition, actor_id: str,
+                 options: CallOptions | None = None) -> None:
+        self._runtime = runtime
+        self._definition = definition
+        self._options = options or CallOptions()
+        self.actor_id = check_identifier(actor_id)
+
+    @property
+    def actor_type(self) -> str:
+        return self._definition.actor_type
+
+    @property
+    def actor_class(self) -> type[A]:
+        return self._definition.cls
+
+    def __getattr__(self, name: str) -> OperationHandle:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return OperationHandle(self, resolve_operation(self._definition, name), self._options)
+
+    def with_options(
+        self,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | timedelta | None = None,
+        delay: float | timedelta | None = None,
+    ) -> Ref[A]:
+        return Ref(self._runtime, self._definition, self.actor_id,
+                   self._options.merge(idempotency_key, timeout, delay))
+
+    @overload
+    def call(
+        self, method: Callable[Concatenate[A, P], Coroutine[Any, Any, R]], /,
+        *args: P.args, **kwargs: P.kwargs,
+    ) -> R: ...
+    @overload
+    def call(
+        self, method: Callable[Concatenate[A, P], R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> R: ...
+    def call(self, method: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Call an operation or query, type-checked: ``ref.call(Counter.add, n=1)``."""
+        return self._invoke(operation_of(self._definition, method), args, kwargs, self._options)
+
+    @overload
+    def send(
+        self, method: Callable[Concatenate[A, P], Coroutine[Any, Any, R]], /,
+        *args: P.args, **kwargs: P.kwargs,
+    ) -> MessageReference[R]: ...
+    @overload
+    def send(
+        self, method: Callable[Concatenate[A, P], R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> MessageReference[R]: ...
+    def send(self, method: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Enqueue an operation, type-checked: ``ref.send(Counter.add, n=1)``."""
+        return self._send(operation_of(self._definition, method), args, kwargs, self._options)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The committed state (defaults if the actor never ran); no mailbox write."""
+        return self._runtime._engine.snapshot(self._definition, self.actor_id)
+
+    def destroy(self) -> bool:
+        """Delete this incarnation; pending messages fail with ActorDestroyed."""
+        return self._runtime._engine.destroy(self._definition, self.actor_id)
+
+    def _invoke(self, operation: Operation, args: tuple[Any, ...], kwargs: dict[str, Any],
+                options: CallOptions) -> Any:
+        engine = self._runtime._engine
+        if operation.is_query:
+            return engine.query(self._definition, self.actor_id, operation, args, kwargs)
+        engine.require_workers()
+        message_id = engine.send(self._definition, self.actor_id, operation, args, kwargs,
+                                 options, register_waiter=True)
+        message: MessageReference[Any] = MessageReference(
+            self._runtime, message_id, operation, self.actor_type, self.actor_id
+        )
+        return engine.wait(message, options.timeout)
+
+    def _send(self, operation: Operation, args: tuple[Any, ...], kwargs: dict[str, Any],
+              options: CallOptions) -> MessageReference[Any]:
+        if operation.is_query:
+            raise UnknownOperation(
+                f"{operation.name} is a query: call it directly, it does not enter the mailbox"
+            )
+        message_id = self._runtime._engine.send(
+            self._definition, self.actor_id, operation, args, kwargs, options
+        )
+        return MessageReference(self._runtime, message_id, operation, self.actor_type,
+                                self.actor_id)
+
+    def __repr__(self) -> str:
+        return f"<Ref {self.actor_type}({self.actor_id!r})>"
+
+
+# --- async face ----------------------------------------------------------------------------
+
+
+class AsyncMessageReference(Generic[R_co]):
+    """The asyncio twin of :class:`MessageReference`."""
+
+    def __init__(self, runtime: AsyncRuntime, id: str, operation: Operation, actor_type: str,
+                 actor_id: str) -> None:
+        self._runtime = runtime
+        self._operation = operation
+        self.id = id
+        self.actor_type = actor_type
+        self.actor_id = actor_id
+
+    @property
+    def operation(self) -> str:
+        return self._operation.name
+
+    def _sync(self) -> MessageReference[R_co]:
+        return MessageReference(self._runtime.sync, self.id, self._operation, self.actor_type,
+                                self.actor_id)
+
+    async def status(self) -> str:
+        return await self._runtime._run(self._sync().status)
+
+    async def result(self) -> R_co:
+        return await self._runtime._run(self._sync().result)
+
+    async def wait(self, timeout: float | None = None) -> R_co:
+        return await self._runtime._wait(self._sync(), timeout)  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        return (f"<AsyncMessageReference {self.id} "
+                f"{self.actor_type}({self.actor_id!r}).{self.operation}>")
+
+
+class AsyncOperationHandle:
+    def __init__(self, ref: AsyncRef[Any], operation: Operation, options: CallOptions) -> None:
+        self._ref = ref
+        self._operation = operation
+        self._options = options
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._ref._invoke(self._operation, args, kwargs, self._options)
+
+    async def send(self, *args: Any, **kwargs: Any) -> AsyncMessageReference[Any]:
+        return await self._ref._send(self._operation, args, kwargs, self._options)
+
+    def with_options(
+        self,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | timedelta | None = None,
+        delay: float | timedelta | None = None,
+    ) -> AsyncOperationHandle:
+        return AsyncOperationHandle(
+            self._ref, self._operation, self._options.merge(idempotency_key, timeout, delay)
+        )
+
+
+class AsyncRef(Generic[A]):
+    """The asyncio twin of :class:`Ref`: ``await ref.add(n=1)``."""
+
+    def __init__(self, runtime: AsyncRuntime, definition: ActorDefinition, actor_id: str,
+                 options: CallOptions | None = None) -> None:
+        self._runtime = runtime
+        self._definition = definition
+        self._options = options or CallOptions()
+        self.actor_id = check_identifier(actor_id)
+
+    @property
+    def actor_type(self) -> str:
+        return self._definition.actor_type
+
+    @property
+    def actor_class(self) -> type[A]:
+        return self._definition.cls
+
+    def __getattr__(self, name: str) -> AsyncOperationHandle:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return AsyncOperationHandle(self, resolve_operation(self._definition, name),
+                                    self._options)
+
+    def with_options(
+        self,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | timedelta | None = None,
+        delay: float | timedelta | None = None,
+    ) -> AsyncRef[A]:
+        return AsyncRef(self._runtime, self._definition, self.actor_id,
+                        self._options.merge(idempotency_key, timeout, delay))
+
+    @overload
+    async def call(
+        self, method: Callable[Concatenate[A, P], Coroutine[Any, Any, R]], /,
+        *args: P.args, **kwargs: P.kwargs,
+    ) -> R: ...
+    @overload
+    async def call(
+        self, method: Callable[Concatenate[A, P], R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> R: ...
+    async def call(self, method: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        return await self._invoke(operation_of(self._definition, method), args, kwargs,
+                                  self._options)
+
+    @overload
+    async def send(
+        self, method: Callable[Concatenate[A, P], Coroutine[Any, Any, R]], /,
+        *args: P.args, **kwargs: P.kwargs,
+    ) -> AsyncMessageReference[R]: ...
+    @overload
+    async def send(
+        self, method: Callable[Concatenate[A, P], R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> AsyncMessageReference[R]: ...
+    async def send(self, method: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        return await self._send(operation_of(self._definition, method), args, kwargs,
+                                self._options)
+
+    async def snapshot(self) -> dict[str, Any]:
+        return await self._runtime._run(
+            self._runtime.sync._engine.snapshot, self._definition, self.actor_id
+        )
+
+    async def destroy(self) -> bool:
+        return await self._runtime._run(
+            self._runtime.sync._engine.destroy, self._definition, self.actor_id
+        )
+
+    async def _invoke(self, operation: Operation, args: tuple[Any, ...],
+                      kwargs: dict[str, Any], options: CallOptions) -> Any:
+        engine = self._runtime.sync._engine
+        if operation.is_query:
+            return await self._runtime._run(
+                engine.query, self._definition, self.actor_id, operation, args, kwargs
+            )
+        engine.require_workers()
+        message_id = await self._runtime._run(
+            engine.send, self._definition, self.actor_id, operation, args, kwargs, options,
+            register_waiter=True,
+        )
+        message: MessageReference[Any] = MessageReference(
+            self._runtime.sync, message_id, operation, self.actor_type, self.actor_id
+        )
+        return await self._runtime._wait(message, options.timeout)
+
+    async def _send(self, operation: Operation, args: tuple[Any, ...], kwargs: dict[str, Any],
+                    options: CallOptions) -> AsyncMessageReference[Any]:
+        if operation.is_query:
+            raise UnknownOperation(
+                f"{operation.name} is a query: call it directly, it does not enter the mailbox"
+            )
+        engine = self._runtime.sync._engine
+        message_id = await self._runtime._run(
+            engine.send, self._definition, self.actor_id, operation, args, kwargs, options
+        )
+        return AsyncMessageReference(self._runtime, message_id, operation, self.actor_type,
+                                     self.actor_id)
+
+    def __repr__(self) -> str:
+        return f"<AsyncRef {self.actor_type}({self.actor_id!r})>"

@@ -1,0 +1,42 @@
+"""The actor types a runtime knows, by their stored ``actor_type`` name."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .actor import Actor, definition_of
+from .definition import ActorDefinition
+from .errors import InvalidActorDefinition, UnknownActorType
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_type: dict[str, ActorDefinition] = {}
+
+    def register(self, cls: type[Any]) -> ActorDefinition:
+        if not (isinstance(cls, type) and issubclass(cls, Actor)) or cls is Actor:
+            raise InvalidActorDefinition(f"{cls!r} is not a subclass of solid_objects.Actor")
+        definition = definition_of(cls)
+        with self._lock:
+            known = self._by_type.get(definition.actor_type)
+            if known is not None and known.cls is not cls:
+                raise InvalidActorDefinition(
+                    f"actor_type {definition.actor_type!r} is already registered by "
+                    f"{known.cls.__module__}.{known.cls.__qualname__}"
+                )
+            self._by_type[definition.actor_type] = definition
+        return definition
+
+    def get(self, actor_type: str) -> ActorDefinition:
+        definition = self._by_type.get(actor_type)
+        if definition is None:
+            raise UnknownActorType(
+                f"actor type {actor_type!r} is not registered in this process; "
+                f"known: {sorted(self._by_type)}"
+            )
+        return definition
+
+    def types(self) -> list[str]:
+        return sorted(self._by_type)

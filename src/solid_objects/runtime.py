@@ -1,0 +1,256 @@
+"""``Runtime`` and ``AsyncRuntime``: configuration, lifecycle and references.
+
+A runtime owns one SQLAlchemy engine (built from the URL, or from the URL of
+the engine you pass, so the library's connection settings never leak into
+your application's engine), the registry of actor classes, and the worker
+pool of this process. ``AsyncRuntime`` wraps a ``Runtime`` and offers the
+same names as coroutines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from .actor import Actor
+from .engine.client import Client
+from .engine.waiters import Waiters
+from .engine.worker import WorkerPool
+from .errors import ConfigurationError
+from .options import Options
+from .ref import AsyncRef, MessageReference, Ref
+from .registry import Registry
+from .store import Store
+from .store.store import new_owner
+from .testing import AsyncTesting, Testing
+
+if TYPE_CHECKING:
+    pass
+
+log = logging.getLogger("solid_objects.runtime")
+
+A = TypeVar("A", bound=Actor)
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def _create_engine(database: str | Engine, options: Options) -> Engine:
+    try:
+        url = database.url if isinstance(database, Engine) else make_url(database)
+    except ArgumentError as exc:
+        raise ConfigurationError(f"not a database URL: {database!r} ({exc})") from None
+    kwargs: dict[str, Any] = {}
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        if url.database in (None, "", ":memory:") or "mode=memory" in str(url):
+            raise ConfigurationError(
+                "in-memory SQLite cannot be shared by workers and callers: use a file, "
+                "e.g. sqlite:///app.db"
+            )
+        kwargs["connect_args"] = {"check_same_thread": False, "timeout": options.busy_timeout}
+        kwargs["pool_size"] = options.workers + 8
+        kwargs["max_overflow"] = 64
+    else:
+        kwargs["pool_size"] = options.workers + 4
+        kwargs["max_overflow"] = 32
+        kwargs["pool_pre_ping"] = True
+        kwargs["pool_recycle"] = 1800
+    try:
+        return create_engine(url, **kwargs)
+    except (NoSuchModuleError, ModuleNotFoundError) as exc:
+        extra = {"postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}.get(backend)
+        hint = f"; install solid-objects[{extra}]" if extra else ""
+        raise ConfigurationError(f"no driver for {url.drivername!r}: {exc}{hint}") from None
+    except ArgumentError as exc:
+        raise ConfigurationError(f"invalid database URL {url!r}: {exc}") from None
+
+
+class Runtime:
+    """Durable actors in one database, for this process.
+
+    ``Runtime("sqlite:///app.db", workers=4, lease_duration=30)``; see
+    :class:`~solid_objects.options.Options` for every option.
+    """
+
+    def __init__(self, database: str | Engine, **options: Any) -> None:
+        self.options = Options.from_kwargs(options)
+        self.engine = _create_engine(database, self.options)
+        self.store = Store(
+            self.engine,
+            prefix=self.options.table_prefix,
+            options={
+                "sqlite_synchronous": self.options.sqlite_synchronous,
+                "busy_timeout": self.options.busy_timeout,
+            },
+        )
+        self.registry = Registry()
+        self.owner = new_owner()
+        self._waiters = Waiters()
+        self._pool = WorkerPool(self.store, self.registry, self.options, self._waiters,
+                                self.owner)
+        self._engine = Client(self.store, self._pool, self._waiters, self.options)
+        self._closed = False
+        self._stop_requested = threading.Event()
+        self.testing = Testing(self)
+
+    # --- setup ------------------------------------------------------------------------
+
+    def install(self) -> None:
+        """Create or upgrade the library's tables. Idempotent; safe from many processes."""
+        self.store.install()
+        self._engine._schema_checked = True
+
+    def register(self, cls: type[A]) -> type[A]:
+        """Make an actor class runnable by this process's workers. Usable as a decorator."""
+        self.registry.register(cls)
+        return cls
+
+    def ref(self, cls: type[A], actor_id: str) -> Ref[A]:
+        """A reference to the actor ``cls`` with identity ``actor_id`` (registers ``cls``)."""
+        definition = self.registry.register(cls)
+        return Ref(self, definition, actor_id)
+
+    def message(self, cls: type[A], message_id: str) -> MessageReference[Any]:
+        """Rebuild a reference to a message sent earlier (for example in another process)."""
+        from .ref import resolve_operation
+
+        definition = self.registry.register(cls)
+        with self.store.read() as conn:
+            row = self.store.message(conn, message_id)
+        if row is None or row.actor_type != definition.actor_type:
+            from .errors import MessageNotFound
+
+            raise MessageNotFound(f"no {definition.actor_type} message {message_id!r}")
+        operation = resolve_operation(definition, row.operation)
+        return MessageReference(self, row.id, operation, row.actor_type, row.actor_id)
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start this process's worker threads (a no-op with ``workers=0``)."""
+        if self._closed:
+            raise ConfigurationError("this runtime is closed")
+        self._engine.ensure_schema()
+        if self.options.workers > 0:
+            self._pool.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish in-flight turns, then release every lease this process holds."""
+        self._pool.stop(timeout)
+
+    def run(self) -> None:
+        """Run workers until SIGTERM/SIGINT (or :meth:`request_stop`), then drain and exit."""
+        self._stop_requested.clear()
+        previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, lambda *_: self._stop_requested.set())
+        self.start()
+        try:
+            while not self._stop_requested.wait(1.0):
+                pass
+            log.info("stopping: finishing in-flight turns", extra={"solid_action": "stopping"})
+        finally:
+            self.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to return after draining."""
+        self._stop_requested.set()
+
+    def close(self) -> None:
+        """Stop workers, release leases, and dispose of the connection pool."""
+        if self._closed:
+            return
+        self.stop()
+        self._closed = True
+        self.engine.dispose()
+
+    def __enter__(self) -> Runtime:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class AsyncRuntime:
+    """The asyncio face of :class:`Runtime`: the same names, awaited.
+
+    Database work runs in a dedicated thread pool (``executor_threads``) so the
+    event loop never blocks and FastAPI's own thread pool is left alone.
+    """
+
+    def __init__(self, database: str | Engine, *, executor_threads: int = 16,
+                 **options: Any) -> None:
+        self.sync = Runtime(database, **options)
+        self._executor = ThreadPoolExecutor(executor_threads, thread_name_prefix="solid-async")
+        self.testing = AsyncTesting(self)
+
+    @property
+    def options(self) -> Options:
+        return self.sync.options
+
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, partial(fn, *args, **kwargs))
+
+    async def _wait(self, message: MessageReference[Any], timeout: float | None) -> Any:
+        return await self.sync._engine.wait_async(message, timeout, self._run)
+
+    async def install(self) -> None:
+        await self._run(self.sync.install)
+
+    def register(self, cls: type[A]) -> type[A]:
+        return self.sync.register(cls)
+
+    def ref(self, cls: type[A], actor_id: str) -> AsyncRef[A]:
+        definition = self.sync.registry.register(cls)
+        return AsyncRef(self, definition, actor_id)
+
+    async def start(self) -> None:
+        await self._run(self.sync.start)
+
+    async def stop(self, timeout: float = 30.0) -> None:
+        await self._run(self.sync.stop, timeout)
+
+    async def run(self) -> None:
+        """Run workers until cancelled, then drain and release leases."""
+        await self.start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.shield(self.stop())
+
+    async def close(self) -> None:
+        await self._run(self.sync.close)
+        self._executor.shutdown(wait=False)
+
+    async def __aenter__(self) -> AsyncRuntime:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,169 @@
+"""The library's tables and its versioned schema migrations.
+
+Timestamps are epoch milliseconds (BIGINT) read from the database clock, so
+no column type differs in meaning between databases. Identifiers use a binary
+collation on MySQL so ``Cart-1`` and ``cart-1`` are different actors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects import mysql
+
+from ..errors import SchemaNotInstalled, SchemaTooNew
+from .dialect import Dialect
+
+#: The schema version this code reads and writes.
+SCHEMA_VERSION = 1
+
+
+def _ident(length: int) -> String:
+    return String(length).with_variant(
+        mysql.VARCHAR(length, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
+    )
+
+
+def _big_text() -> Text:
+    return Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+
+
+_PK = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def build_metadata(prefix: str) -> MetaData:
+    md = MetaData()
+    Table(
+        f"{prefix}schema",
+        md,
+        Column("name", String(64), primary_key=True),
+        Column("version", Integer, nullable=False),
+    )
+    Table(
+        f"{prefix}actors",
+        md,
+        Column("pk", _PK, primary_key=True, autoincrement=True),
+        Column("actor_type", _ident(128), nullable=False),
+        Column("actor_id", _ident(255), nullable=False),
+        Column("state", _big_text(), nullable=True),
+        Column("state_version", Integer, nullable=False, server_default="1"),
+        # Mailbox: queued messages are exactly seq done_seq+1 .. next_seq-1.
+        Column("next_seq", BigInteger, nullable=False, server_default="1"),
+        Column("done_seq", BigInteger, nullable=False, server_default="0"),
+        # How many times the head message (done_seq+1) has been started.
+        Column("attempt", Integer, nullable=False, server_default="0"),
+        # When the actor next has claimable work (NULL: none); retry backoff pushes it.
+        Column("ready_at", BigInteger, nullable=True),
+        Column("lease_owner", String(64), nullable=True),
+        Column("lease_token", String(64), nullable=True),
+        Column("lease_generation", BigInteger, nullable=False, server_default="0"),
+        Column("lease_expires_at", BigInteger, nullable=True),
+        Column("paused", Integer, nullable=False, server_default="0"),
+        Column("created_at", BigInteger, nullable=False),
+        Column("updated_at", BigInteger, nullable=False),
+        UniqueConstraint("actor_type", "actor_id", name=f"{prefix}actors_identity"),
+        Index(f"{prefix}actors_ready", "ready_at"),
+        Index(f"{prefix}actors_owner", "lease_owner"),
+    )
+    Table(
+        f"{prefix}messages",
+        md,
+        Column("id", String(32), primary_key=True),
+        Column("actor_pk", BigInteger, nullable=False),
+        Column("actor_type", _ident(128), nullable=False),
+        Column("actor_id", _ident(255), nullable=False),
+        Column("seq", BigInteger, nullable=True),
+        Column("operation", String(128), nullable=False),
+        Column("arguments", _big_text(), nullable=False),
+        Column("idempotency_key", _ident(255), nullable=True),
+        # scheduled | queued | completed | rejected | dead | destroyed
+        Column("status", String(16), nullable=False),
+        Column("available_at", BigInteger, nullable=False),
+        Column("attempts", Integer, nullable=False, server_default="0"),
+        Column("result", _big_text(), nullable=True),
+        Column("error", _big_text(), nullable=True),
+        Column("created_at", BigInteger, nullable=False),
+        Column("completed_at", BigInteger, nullable=True),
+        UniqueConstraint("actor_pk", "seq", name=f"{prefix}messages_mailbox"),
+        UniqueConstraint("actor_pk", "idempotency_key", name=f"{prefix}messages_idempotency"),
+        Index(f"{prefix}messages_status_due", "status", "available_at"),
+    )
+    return md
+
+
+def _migrate_to_1(conn: Connection, md: MetaData) -> None:
+    md.create_all(conn, checkfirst=True)
+
+
+#: Ordered migrations: entry ``n`` brings the schema from version ``n`` to ``n + 1``.
+MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [_migrate_to_1]
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+
+def installed_version(conn: Connection, prefix: str) -> int | None:
+    """The installed schema version, or None when the tables do not exist."""
+    from sqlalchemy import inspect
+
+    if not inspect(conn).has_table(f"{prefix}schema"):
+        return None
+    row = conn.execute(
+        text(f"SELECT version FROM {prefix}schema WHERE name = 'solid_objects'")
+    ).first()
+    return None if row is None else int(row[0])
+
+
+def install(conn: Connection, dialect: Dialect, prefix: str) -> int:
+    """Bring the schema to SCHEMA_VERSION; safe to run from several processes at once."""
+    dialect.lock_for_install(conn)
+    md = build_metadata(prefix)
+    current = installed_version(conn, prefix) or 0
+    if current > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"the database holds schema version {current}; this Solid Objects knows "
+            f"{SCHEMA_VERSION}. Upgrade the library."
+        )
+    for version in range(current, SCHEMA_VERSION):
+        MIGRATIONS[version](conn, md)
+    if current == 0:
+        conn.execute(
+            text(f"INSERT INTO {prefix}schema (name, version) VALUES ('solid_objects', :v)"),
+            {"v": SCHEMA_VERSION},
+        )
+    elif current < SCHEMA_VERSION:
+        conn.execute(
+            text(f"UPDATE {prefix}schema SET version = :v WHERE name = 'solid_objects'"),
+            {"v": SCHEMA_VERSION},
+        )
+    return SCHEMA_VERSION
+
+
+def check_installed(conn: Connection, prefix: str) -> None:
+    version = installed_version(conn, prefix)
+    if version is None:
+        raise SchemaNotInstalled(
+            "the Solid Objects tables are not installed in this database: call "
+            "runtime.install() or run `solid-objects install module:runtime`"
+        )
+    if version < SCHEMA_VERSION:
+        raise SchemaNotInstalled(
+            f"the database holds schema version {version}; this code needs "
+            f"{SCHEMA_VERSION}: call runtime.install() to upgrade"
+        )
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"the database holds schema version {version}; this code knows "
+            f"{SCHEMA_VERSION}. Upgrade the library."
+        )

@@ -1,0 +1,678 @@
+"""Every SQL statement of the mailbox, lease and commit paths.
+
+The engine never writes SQL; it calls these methods inside ``write()`` or
+``read()`` blocks. Each method documents the invariant its statements keep.
+The central one: a turn's writes are fenced by the activation lease *inside*
+the writing ``UPDATE`` (owner, token, generation and expiry compared with the
+database clock), and the caller checks that exactly one row changed.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Row, TextClause, text
+
+from ..errors import IdempotencyConflict, LeaseLost
+from . import schema
+from .dialect import Dialect, dialect_for
+
+TERMINAL = frozenset({"completed", "rejected", "dead", "destroyed"})
+
+
+def new_id() -> str:
+    """A 32-hex-digit id that sorts by creation time (48-bit ms clock + 80 random bits)."""
+    return f"{int(time.time() * 1000):012x}{secrets.token_hex(10)}"
+
+
+def new_owner() -> str:
+    return f"{os.getpid()}-{secrets.token_hex(8)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The fence of one activation: all four must still match at commit."""
+
+    pk: int
+    owner: str
+    token: str
+    generation: int
+
+
+@dataclass(slots=True)
+class MessageRow:
+    id: str
+    actor_pk: int
+    actor_type: str
+    actor_id: str
+    seq: int | None
+    operation: str
+    arguments: str
+    idempotency_key: str | None
+    status: str
+    attempts: int
+    result: str | None
+    error: str | None
+    available_at: int
+
+
+@dataclass(slots=True)
+class Claimed:
+    """An actor whose lease this process now holds, with its committed state and head."""
+
+    lease: Lease
+    actor_type: str
+    actor_id: str
+    state: str | None
+    state_version: int
+    done_seq: int
+    attempt: int
+    head: MessageRow | None
+
+
+@dataclass(slots=True)
+class Enqueued:
+    message: MessageRow
+    existing: bool
+    claimed: Claimed | None
+
+
+@dataclass(slots=True)
+class ReadyActor:
+    pk: int
+    lease_owner: str | None
+    lease_generation: int
+
+
+@dataclass(slots=True)
+class ActorStatus:
+    """What a timed-out caller is waiting on."""
+
+    done_seq: int
+    next_seq: int
+    attempt: int
+    ready_at: int | None
+    lease_owner: str | None
+    lease_expires_at: int | None
+    paused: bool
+    now: int
+
+
+_MSG_COLS = (
+    "id, actor_pk, actor_type, actor_id, seq, operation, arguments, idempotency_key, "
+    "status, attempts, result, error, available_at"
+)
+
+
+def _message(row: Row[Any] | Sequence[Any], offset: int = 0) -> MessageRow:
+    r = tuple(row)[offset : offset + 13]
+    return MessageRow(
+        id=r[0],
+        actor_pk=int(r[1]),
+        actor_type=r[2],
+        actor_id=r[3],
+        seq=None if r[4] is None else int(r[4]),
+        operation=r[5],
+        arguments=r[6],
+        idempotency_key=r[7],
+        status=r[8],
+        attempts=int(r[9]),
+        result=r[10],
+        error=r[11],
+        available_at=int(r[12]),
+    )
+
+
+class Store:
+    """The database side of Solid Objects, for one engine and table prefix."""
+
+    def __init__(self, engine: Engine, *, prefix: str = "solid_", options: dict[str, Any]) -> None:
+        self.engine = engine
+        self.prefix = prefix
+        self.dialect: Dialect = dialect_for(engine)
+        self.dialect.configure(engine, options)
+        self._sql: dict[str, TextClause] = {}
+
+    # --- plumbing ---------------------------------------------------------------------
+
+    def sql(self, template: str) -> TextClause:
+        """A cached ``text()`` for a template using ``{actors}``, ``{messages}``, ``{now}``."""
+        clause = self._sql.get(template)
+        if clause is None:
+            clause = text(
+                template.format(
+                    actors=f"{self.prefix}actors",
+                    messages=f"{self.prefix}messages",
+                    now=self.dialect.now_ms,
+                    for_update=self.dialect.for_update,
+                )
+            )
+            self._sql[template] = clause
+        return clause
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A read-write transaction (``BEGIN IMMEDIATE`` on SQLite)."""
+        with self.dialect.write(self.engine) as conn:
+            yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A connection for reads of committed data."""
+        with self.dialect.read(self.engine) as conn:
+            yield conn
+
+    def install(self) -> int:
+        with self.write() as conn:
+            return schema.install(conn, self.dialect, self.prefix)
+
+    def check_installed(self) -> None:
+        with self.read() as conn:
+            schema.check_installed(conn, self.prefix)
+
+    def now(self, conn: Connection) -> int:
+        return int(conn.execute(self.sql("SELECT {now}")).scalar_one())
+
+    # --- enqueue ----------------------------------------------------------------------
+
+    def _lock_actor(self, conn: Connection, actor_type: str, actor_id: str) -> Row[Any]:
+        select = self.sql(
+            "SELECT pk, next_seq, done_seq, lease_owner, lease_expires_at, paused, ready_at, "
+            "lease_generation, {now} FROM {actors} "
+            "WHERE actor_type = :t AND actor_id = :i{for_update}"
+        )
+        params = {"t": actor_type, "i": actor_id}
+        row = conn.execute(select, params).first()
+        if row is None:
+            conn.execute(self._insert_actor(), params)
+            row = conn.execute(select, params).one()
+        return row
+
+    def _insert_actor(self) -> TextClause:
+        name = self.dialect.name
+        if name == "postgresql":
+            tail = " ON CONFLICT (actor_type, actor_id) DO NOTHING"
+            head = "INSERT INTO"
+        elif name == "mysql":
+            tail, head = "", "INSERT IGNORE INTO"
+        else:
+            tail, head = "", "INSERT OR IGNORE INTO"
+        return self.sql(
+            head + " {actors} (actor_type, actor_id, state, created_at, updated_at) "
+            "VALUES (:t, :i, NULL, {now}, {now})" + tail
+        )
+
+    def enqueue(
+        self,
+        conn: Connection,
+        *,
+        message_id: str,
+        actor_type: str,
+        actor_id: str,
+        operation: str,
+        arguments: str,
+        idempotency_key: str | None,
+        delay_ms: int,
+        claim_for: str | None,
+        lease_ms: int,
+    ) -> Enqueued:
+        """Append a message to an actor's mailbox (creating the actor row if needed).
+
+        A delayed message is stored as ``scheduled`` with no sequence number: it
+        enters the ordered mailbox only when :meth:`promote_due` finds it due, so
+        it never blocks messages that are due before it. With ``claim_for`` the
+        same transaction also takes the actor's lease when it is free, so a call
+        to a cold actor costs one write transaction here plus one commit.
+        """
+        row = self._lock_actor(conn, actor_type, actor_id)
+        pk, next_seq, done_seq, owner, expires, paused, ready_at, generation, now = row
+        if idempotency_key is not None:
+            found = conn.execute(
+                self.sql(
+                    f"SELECT {_MSG_COLS} FROM {{messages}} "
+                    "WHERE actor_pk = :pk AND idempotency_key = :k"
+                ),
+                {"pk": pk, "k": idempotency_key},
+            ).first()
+            if found is not None:
+                existing = _message(found)
+                if existing.operation != operation or existing.arguments != arguments:
+                    raise IdempotencyConflict(
+                        f"idempotency key {idempotency_key!r} of {actor_type} {actor_id!r} was "
+                        f"used for {existing.operation}({existing.arguments}); this call is "
+                        f"{operation}({arguments})"
+                    )
+                return Enqueued(existing, existing=True, claimed=None)
+
+        message = MessageRow(
+            id=message_id,
+            actor_pk=pk,
+            actor_type=actor_type,
+            actor_id=actor_id,
+            seq=None,
+            operation=operation,
+            arguments=arguments,
+            idempotency_key=idempotency_key,
+            status="scheduled",
+            attempts=0,
+            result=None,
+            error=None,
+            available_at=now + max(delay_ms, 0),
+        )
+        claimed: Claimed | None = None
+        if delay_ms <= 0:
+            message.seq = int(next_seq)
+            message.status = "queued"
+            can_claim = (
+                claim_for is not None
+                and not paused
+                and (owner is None or expires <= now)
+                and (ready_at is None or ready_at <= now)
+            )
+            if can_claim:
+                assert claim_for is not None
+                token = secrets.token_hex(8)
+                conn.execute(
+                    self.sql(
+                        "UPDATE {actors} SET next_seq = :seq + 1, ready_at = :now, "
+                        "lease_owner = :owner, lease_token = :token, "
+                        "lease_generation = :gen + 1, lease_expires_at = :now + :lease_ms, "
+                        "attempt = attempt + 1, updated_at = :now "
+                        "WHERE pk = :pk AND next_seq = :seq"
+                    ),
+                    {
+                        "seq": next_seq,
+                        "now": now,
+                        "owner": claim_for,
+                        "token": token,
+                        "gen": generation,
+                        "lease_ms": lease_ms,
+                        "pk": pk,
+                    },
+                )
+                claimed = Claimed(
+                    Lease(int(pk), claim_for, token, int(generation) + 1),
+                    actor_type, actor_id, None, 1, int(done_seq), 0, None,
+                )
+            else:
+                conn.execute(
+                    self.sql(
+                        "UPDATE {actors} SET next_seq = :seq + 1, "
+                        "ready_at = COALESCE(ready_at, :now) WHERE pk = :pk AND next_seq = :seq"
+                    ),
+                    {"seq": next_seq, "now": now, "pk": pk},
+                )
+        self._insert_message(conn, message, now)
+        if claimed is not None:
+            claimed = self.load_claimed(conn, claimed.lease)
+        return Enqueued(message, existing=False, claimed=claimed)
+
+    def _insert_message(self, conn: Connection, m: MessageRow, now: int) -> None:
+        conn.execute(
+            self.sql(
+                "INSERT INTO {messages} (id, actor_pk, actor_type, actor_id, seq, operation, "
+                "arguments, idempotency_key, status, available_at, attempts, created_at) "
+                "VALUES (:id, :pk, :t, :i, :seq, :op, :args, :key, :status, :avail, 0, :now)"
+            ),
+            {
+                "id": m.id,
+                "pk": m.actor_pk,
+                "t": m.actor_type,
+                "i": m.actor_id,
+                "seq": m.seq,
+                "op": m.operation,
+                "args": m.arguments,
+                "key": m.idempotency_key,
+                "status": m.status,
+                "avail": m.available_at,
+                "now": now,
+            },
+        )
+
+    def due_scheduled(
+        self, conn: Connection, *, now: int | None = None, limit: int = 100
+    ) -> list[tuple[str, int]]:
+        """Delayed messages whose time has come (``now`` overrides the database clock)."""
+        rows = conn.execute(
+            self.sql(
+                "SELECT id, actor_pk FROM {messages} WHERE status = 'scheduled' "
+                "AND available_at <= COALESCE(:now, {now}) ORDER BY available_at, id LIMIT :limit"
+            ),
+            {"now": now, "limit": limit},
+        ).all()
+        return [(r[0], int(r[1])) for r in rows]
+
+    def promote(self, conn: Connection, due: list[tuple[str, int]]) -> int:
+        """Move due delayed messages into their actors' ordered mailboxes.
+
+        Each message is taken with a conditional UPDATE first, so a concurrent
+        promoter finds nothing to take and never burns a sequence number.
+        """
+        moved = 0
+        for message_id, pk in due:
+            taken = conn.execute(
+                self.sql(
+                    "UPDATE {messages} SET status = 'queued' "
+                    "WHERE id = :id AND status = 'scheduled'"
+                ),
+                {"id": message_id},
+            ).rowcount
+            if taken != 1:
+                continue
+            actor = conn.execute(
+                self.sql("SELECT next_seq FROM {actors} WHERE pk = :pk{for_update}"), {"pk": pk}
+            ).first()
+            if actor is None:
+                conn.execute(
+                    self.sql("UPDATE {messages} SET status = 'destroyed' WHERE id = :id"),
+                    {"id": message_id},
+                )
+                continue
+            seq = int(actor[0])
+            conn.execute(
+                self.sql(
+                    "UPDATE {actors} SET next_seq = :seq + 1, "
+                    "ready_at = COALESCE(ready_at, {now}) WHERE pk = :pk"
+                ),
+                {"seq": seq, "pk": pk},
+            )
+            conn.execute(
+                self.sql("UPDATE {messages} SET seq = :seq WHERE id = :id"),
+                {"seq": seq, "id": message_id},
+            )
+            moved += 1
+        return moved
+
+    # --- claim ------------------------------------------------------------------------
+
+    def find_ready(self, conn: Connection, owner: str, limit: int) -> list[ReadyActor]:
+        """Actors with due work that are free to claim, or already leased by ``owner``."""
+        rows = conn.execute(
+            self.sql(
+                "SELECT pk, lease_owner, lease_generation FROM {actors} "
+                "WHERE ready_at <= {now} AND paused = 0 AND (lease_owner IS NULL "
+                "OR lease_expires_at <= {now} OR lease_owner = :owner) "
+                "ORDER BY ready_at LIMIT :limit"
+            ),
+            {"owner": owner, "limit": limit},
+        ).all()
+        return [ReadyActor(int(r[0]), r[1], int(r[2])) for r in rows]
+
+    def claim(
+        self, conn: Connection, pk: int, generation: int, owner: str, lease_ms: int
+    ) -> Claimed | None:
+        """Take a free or expired lease (compare-and-set on the generation)."""
+        token = secrets.token_hex(8)
+        changed = conn.execute(
+            self.sql(
+                "UPDATE {actors} SET lease_owner = :owner, lease_token = :token, "
+                "lease_generation = :gen + 1, lease_expires_at = {now} + :lease_ms, "
+                "attempt = attempt + 1 "
+                "WHERE pk = :pk AND lease_generation = :gen AND ready_at <= {now} "
+                "AND paused = 0 AND (lease_owner IS NULL OR lease_expires_at <= {now})"
+            ),
+            {"owner": owner, "token": token, "gen": generation, "lease_ms": lease_ms, "pk": pk},
+        ).rowcount
+        if changed != 1:
+            return None
+        return self.load_claimed(conn, Lease(pk, owner, token, generation + 1))
+
+    def load_claimed(self, conn: Connection, lease: Lease) -> Claimed | None:
+        row = conn.execute(
+            self.sql(
+                "SELECT a.actor_type, a.actor_id, a.state, a.state_version, a.done_seq, "
+                "a.attempt, "
+                + ", ".join(f"m.{c.strip()}" for c in _MSG_COLS.split(","))
+                + " FROM {actors} a LEFT JOIN {messages} m "
+                "ON m.actor_pk = a.pk AND m.seq = a.done_seq + 1 WHERE a.pk = :pk"
+            ),
+            {"pk": lease.pk},
+        ).first()
+        if row is None:
+            return None
+        head = None if row[6] is None else _message(row, 6)
+        return Claimed(
+            lease=lease,
+            actor_type=row[0],
+            actor_id=row[1],
+            state=row[2],
+            state_version=int(row[3]),
+            done_seq=int(row[4]),
+            attempt=int(row[5]),
+            head=head,
+        )
+
+    def head_message(self, conn: Connection, pk: int, seq: int) -> MessageRow | None:
+        row = conn.execute(
+            self.sql(f"SELECT {_MSG_COLS} FROM {{messages}} WHERE actor_pk = :pk AND seq = :seq"),
+            {"pk": pk, "seq": seq},
+        ).first()
+        return None if row is None else _message(row)
+
+    # --- commit -----------------------------------------------------------------------
+
+    _FENCE = (
+        "pk = :pk AND lease_owner = :owner AND lease_token = :token "
+        "AND lease_generation = :gen AND lease_expires_at > {now} AND done_seq = :seq - 1"
+    )
+
+    def _fence_params(self, lease: Lease, seq: int) -> dict[str, Any]:
+        return {
+            "pk": lease.pk,
+            "owner": lease.owner,
+            "token": lease.token,
+            "gen": lease.generation,
+            "seq": seq,
+        }
+
+    def finish_turn(
+        self,
+        conn: Connection,
+        lease: Lease,
+        message: MessageRow,
+        *,
+        status: str,
+        state: str | None,
+        state_version: int,
+        result: str | None,
+        error: str | None,
+        attempt: int,
+        lease_ms: int,
+    ) -> MessageRow | None:
+        """Commit the head message's outcome, fenced; return the next head, if any.
+
+        ``status`` is completed, rejected or dead; ``state`` is None when the state
+        must not change. The fence is the WHERE clause of the first UPDATE: if the
+        lease was lost, zero rows change and :class:`LeaseLost` rolls everything back.
+        The same statement renews the lease, so a busy actor needs no separate renewal.
+        """
+        assert message.seq is not None
+        params = self._fence_params(lease, message.seq)
+        params.update({"state": state, "sv": state_version, "lease_ms": lease_ms})
+        changed = conn.execute(
+            self.sql(
+                "UPDATE {actors} SET state = COALESCE(:state, state), "
+                "state_version = CASE WHEN :state IS NULL THEN state_version ELSE :sv END, "
+                "done_seq = :seq, "
+                "attempt = CASE WHEN next_seq > :seq + 1 THEN 1 ELSE 0 END, "
+                "ready_at = CASE WHEN next_seq > :seq + 1 THEN {now} ELSE NULL END, "
+                "lease_expires_at = {now} + :lease_ms, updated_at = {now} "
+                "WHERE " + self._FENCE
+            ),
+            params,
+        ).rowcount
+        if changed != 1:
+            raise LeaseLost(
+                f"lease on {message.actor_type} {message.actor_id!r} was lost before the commit "
+                f"of message {message.id}"
+            )
+        conn.execute(
+            self.sql(
+                "UPDATE {messages} SET status = :status, result = :result, error = :error, "
+                "attempts = :attempt, completed_at = {now} WHERE id = :id"
+            ),
+            {
+                "status": status,
+                "result": result,
+                "error": error,
+                "attempt": attempt,
+                "id": message.id,
+            },
+        )
+        return self.head_message(conn, lease.pk, message.seq + 1)
+
+    def retry_later(
+        self,
+        conn: Connection,
+        lease: Lease,
+        message: MessageRow,
+        *,
+        error: str,
+        attempt: int,
+        delay_ms: int,
+    ) -> None:
+        """Record a retryable failure: release the lease and hold the mailbox until later.
+
+        The message stays at the head, so nothing behind it runs before it
+        succeeds or becomes a dead letter (strict per-identity order).
+        """
+        assert message.seq is not None
+        params = self._fence_params(lease, message.seq)
+        params["delay_ms"] = delay_ms
+        changed = conn.execute(
+            self.sql(
+                "UPDATE {actors} SET lease_owner = NULL, lease_token = NULL, "
+                "lease_expires_at = NULL, ready_at = {now} + :delay_ms, updated_at = {now} "
+                "WHERE " + self._FENCE
+            ),
+            params,
+        ).rowcount
+        if changed != 1:
+            raise LeaseLost(f"lease lost before recording the failure of message {message.id}")
+        conn.execute(
+            self.sql("UPDATE {messages} SET attempts = :attempt, error = :error WHERE id = :id"),
+            {"attempt": attempt, "error": error, "id": message.id},
+        )
+
+    def renew(self, conn: Connection, owner: str, lease_ms: int) -> int:
+        """Extend every unexpired lease of ``owner`` in one statement."""
+        return int(
+            conn.execute(
+                self.sql(
+                    "UPDATE {actors} SET lease_expires_at = {now} + :lease_ms "
+                    "WHERE lease_owner = :owner AND lease_expires_at > {now}"
+                ),
+                {"owner": owner, "lease_ms": lease_ms},
+            ).rowcount
+        )
+
+    def release(self, conn: Connection, lease: Lease) -> bool:
+        """Give a lease back between turns; a no-op if it is no longer ours."""
+        return (
+            conn.execute(
+                self.sql(
+                    "UPDATE {actors} SET lease_owner = NULL, lease_token = NULL, "
+                    "lease_expires_at = NULL, attempt = 0, "
+                    "ready_at = CASE WHEN next_seq > done_seq + 1 "
+                    "THEN COALESCE(ready_at, {now}) ELSE NULL END "
+                    "WHERE pk = :pk AND lease_owner = :owner AND lease_token = :token "
+                    "AND lease_generation = :gen"
+                ),
+                {"pk": lease.pk, "owner": lease.owner, "token": lease.token,
+                 "gen": lease.generation},
+            ).rowcount
+            == 1
+        )
+
+    def release_all(self, conn: Connection, owner: str) -> int:
+        """Give back every lease of ``owner`` (shutdown)."""
+        return int(
+            conn.execute(
+                self.sql(
+                    "UPDATE {actors} SET lease_owner = NULL, lease_token = NULL, "
+                    "lease_expires_at = NULL, attempt = 0, "
+                    "ready_at = CASE WHEN next_seq > done_seq + 1 "
+                    "THEN COALESCE(ready_at, {now}) ELSE NULL END WHERE lease_owner = :owner"
+                ),
+                {"owner": owner},
+            ).rowcount
+        )
+
+    # --- reads for callers --------------------------------------------------------------
+
+    def message(self, conn: Connection, message_id: str) -> MessageRow | None:
+        row = conn.execute(
+            self.sql(f"SELECT {_MSG_COLS} FROM {{messages}} WHERE id = :id"), {"id": message_id}
+        ).first()
+        return None if row is None else _message(row)
+
+    def actor_state(
+        self, conn: Connection, actor_type: str, actor_id: str
+    ) -> tuple[str | None, int] | None:
+        row = conn.execute(
+            self.sql(
+                "SELECT state, state_version FROM {actors} WHERE actor_type = :t AND actor_id = :i"
+            ),
+            {"t": actor_type, "i": actor_id},
+        ).first()
+        return None if row is None else (row[0], int(row[1]))
+
+    def actor_status(self, conn: Connection, pk: int) -> ActorStatus | None:
+        row = conn.execute(
+            self.sql(
+                "SELECT done_seq, next_seq, attempt, ready_at, lease_owner, lease_expires_at, "
+                "paused, {now} FROM {actors} WHERE pk = :pk"
+            ),
+            {"pk": pk},
+        ).first()
+        if row is None:
+            return None
+        return ActorStatus(
+            done_seq=int(row[0]),
+            next_seq=int(row[1]),
+            attempt=int(row[2]),
+            ready_at=row[3],
+            lease_owner=row[4],
+            lease_expires_at=row[5],
+            paused=bool(row[6]),
+            now=int(row[7]),
+        )
+
+    def next_due(self, conn: Connection) -> int | None:
+        """Milliseconds until the earliest future work (ready actor or scheduled message)."""
+        row = conn.execute(
+            self.sql(
+                "SELECT (SELECT MIN(ready_at) FROM {actors} WHERE ready_at > {now}), "
+                "(SELECT MIN(available_at) FROM {messages} WHERE status = 'scheduled'), {now}"
+            )
+        ).one()
+        candidates = [int(v) for v in row[:2] if v is not None]
+        if not candidates:
+            return None
+        return max(0, min(candidates) - int(row[2]))
+
+    def destroy(self, conn: Connection, actor_type: str, actor_id: str) -> bool:
+        """End an incarnation: pending messages become ``destroyed``; the row goes."""
+        row = conn.execute(
+            self.sql(
+                "SELECT pk FROM {actors} WHERE actor_type = :t AND actor_id = :i{for_update}"
+            ),
+            {"t": actor_type, "i": actor_id},
+        ).first()
+        if row is None:
+            return False
+        conn.execute(
+            self.sql(
+                "UPDATE {messages} SET status = 'destroyed', completed_at = {now} "
+                "WHERE actor_pk = :pk AND status IN ('scheduled', 'queued')"
+            ),
+            {"pk": row[0]},
+        )
+        conn.execute(self.sql("DELETE FROM {actors} WHERE pk = :pk"), {"pk": row[0]})
+        return True
