@@ -38,6 +38,14 @@ class SchemaTooNew(SolidObjectsError):
     """The database was installed by a newer version of Solid Objects."""
 
 
+class DatabaseError(SolidObjectsError):
+    """The database driver failed; ``orig`` is the driver's exception."""
+
+    def __init__(self, message: str, orig: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.orig = orig
+
+
 class RuntimeNotStarted(SolidObjectsError):
     """A call waits for a result but this runtime runs no workers."""
 

@@ -176,6 +176,7 @@ class Runtime:
             return
         self.stop()
         self._closed = True
+        self.store.close()
         self.engine.dispose()
 
     def __enter__(self) -> Runtime:

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 _FIRST_POLL = 0.002
 _MAX_POLL = 0.05
+#: When a worker of this process runs the message its future is resolved directly;
+#: the database is read only as a safety net (the lease may be lost meanwhile).
+_LOCAL_POLL = 0.25
 
 
 class Client:
@@ -74,9 +77,9 @@ class Client:
             self.waiters.register(message_id)
         claim = self.pool.running and self.options.workers > 0
         try:
-            with self.store.write() as conn:
-                enqueued = self.store.enqueue(
-                    conn,
+            enqueued = self.store.transact(
+                lambda tx: self.store.enqueue(
+                    tx,
                     message_id=message_id,
                     actor_type=definition.actor_type,
                     actor_id=actor_id,
@@ -87,6 +90,7 @@ class Client:
                     claim_for=self.pool.owner if claim else None,
                     lease_ms=self.options.lease_ms,
                 )
+            )
         except BaseException:
             self.waiters.forget(message_id)
             raise
@@ -96,9 +100,10 @@ class Client:
             if register_waiter:
                 self.waiters.register(message.id)
         if enqueued.claimed is not None:
+            self.waiters.mark_local(message.id)
             self.pool.adopt(enqueued.claimed)
         elif message.status == "queued" and self.pool.signal(message.actor_pk):
-            pass
+            self.waiters.mark_local(message.id)
         else:
             self.pool.wake()
         return message.id
@@ -114,8 +119,8 @@ class Client:
 
     def outcome(self, message_id: str) -> Outcome | None:
         """The stored terminal outcome, or None while the message is pending."""
-        with self.store.read() as conn:
-            row = self.store.message(conn, message_id)
+        with self.store.read() as tx:
+            row = self.store.message(tx, message_id)
         if row is None:
             raise MessageNotFound(f"no message {message_id!r} (never sent, or pruned)")
         if row.status not in TERMINAL:
@@ -123,8 +128,8 @@ class Client:
         return Outcome(row.status, row.result, row.error)
 
     def status(self, message_id: str) -> str:
-        with self.store.read() as conn:
-            row = self.store.message(conn, message_id)
+        with self.store.read() as tx:
+            row = self.store.message(tx, message_id)
         if row is None:
             raise MessageNotFound(f"no message {message_id!r} (never sent, or pruned)")
         return row.status
@@ -152,7 +157,8 @@ class Client:
         limit = self.options.call_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         future: Future[Outcome] = self.waiters.register(message.id)
-        delay = _FIRST_POLL
+        local = self.waiters.is_local(message.id)
+        delay, cap = (_LOCAL_POLL, _LOCAL_POLL) if local else (_FIRST_POLL, _MAX_POLL)
         try:
             while True:
                 remaining = deadline - time.monotonic()
@@ -165,7 +171,7 @@ class Client:
                     return self.settle(message, outcome)
                 if remaining <= 0:
                     raise CallTimeout(self.diagnose(message.id, limit), message)
-                delay = min(delay * 2, _MAX_POLL)
+                delay = min(delay * 2, cap)
         finally:
             self.waiters.forget(message.id)
 
@@ -176,7 +182,8 @@ class Client:
         limit = self.options.call_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         future = asyncio.wrap_future(self.waiters.register(message.id))
-        delay = _FIRST_POLL
+        local = self.waiters.is_local(message.id)
+        delay, cap = (_LOCAL_POLL, _LOCAL_POLL) if local else (_FIRST_POLL, _MAX_POLL)
         try:
             while True:
                 remaining = deadline - time.monotonic()
@@ -188,18 +195,18 @@ class Client:
                     return self.settle(message, outcome)
                 if remaining <= 0:
                     raise CallTimeout(await run(self.diagnose, message.id, limit), message)
-                delay = min(delay * 2, _MAX_POLL)
+                delay = min(delay * 2, cap)
         finally:
             self.waiters.forget(message.id)
 
     def diagnose(self, message_id: str, waited: float) -> str:
         """Say what a timed-out call is waiting on, for the CallTimeout message."""
         head = f"message {message_id} did not finish within {waited:g}s"
-        with self.store.read() as conn:
-            row = self.store.message(conn, message_id)
+        with self.store.read() as tx:
+            row = self.store.message(tx, message_id)
             if row is None:
                 return f"{head}: the message no longer exists"
-            actor = self.store.actor_status(conn, row.actor_pk)
+            actor = self.store.actor_status(tx, row.actor_pk)
         who = f"{row.actor_type} {row.actor_id!r}"
         if row.status in TERMINAL:
             return f"{head}: it finished as {row.status} just now"
@@ -236,8 +243,8 @@ class Client:
 
     def load_state(self, definition: ActorDefinition, actor_id: str) -> dict[str, Any]:
         self.ensure_schema()
-        with self.store.read() as conn:
-            found = self.store.actor_state(conn, definition.actor_type, actor_id)
+        with self.store.read() as tx:
+            found = self.store.actor_state(tx, definition.actor_type, actor_id)
         if found is None:
             return definition.default_state()
         return definition.load_state(found[0], found[1])
@@ -268,5 +275,6 @@ class Client:
 
     def destroy(self, definition: ActorDefinition, actor_id: str) -> bool:
         self.ensure_schema()
-        with self.store.write() as conn:
-            return self.store.destroy(conn, definition.actor_type, actor_id)
+        return self.store.transact(
+            lambda tx: self.store.destroy(tx, definition.actor_type, actor_id)
+        )

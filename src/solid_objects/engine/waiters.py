@@ -25,6 +25,7 @@ class Waiters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._futures: dict[str, Future[Outcome]] = {}
+        self._local: set[str] = set()
 
     def register(self, message_id: str) -> Future[Outcome]:
         with self._lock:
@@ -33,12 +34,23 @@ class Waiters:
                 future = self._futures[message_id] = Future()
             return future
 
+    def mark_local(self, message_id: str) -> None:
+        """A worker of this process holds the actor: the future will be resolved."""
+        with self._lock:
+            if message_id in self._futures:
+                self._local.add(message_id)
+
+    def is_local(self, message_id: str) -> bool:
+        return message_id in self._local
+
     def forget(self, message_id: str) -> None:
         with self._lock:
             self._futures.pop(message_id, None)
+            self._local.discard(message_id)
 
     def resolve(self, message_id: str, outcome: Outcome) -> None:
         with self._lock:
             future = self._futures.pop(message_id, None)
+            self._local.discard(message_id)
         if future is not None and not future.done():
             future.set_result(outcome)

@@ -21,18 +21,18 @@ from typing import Any, Literal
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..codec import canonical_json
 from ..definition import ActorDefinition
-from ..errors import LeaseLost
+from ..errors import DatabaseError, LeaseLost
 from ..options import Options
 from ..registry import Registry
-from ..store import Claimed, Lease, MessageRow, Store
+from ..store import Claimed, Lease, MessageRow, Store, Tx
 from .turn import Limits, TurnOutcome, execute, failure
 from .waiters import Outcome, Waiters
 
 log = logging.getLogger("solid_objects.worker")
 
 _MIN_POLL = 0.002
+DB_ERRORS = (SQLAlchemyError, DatabaseError)
 
 
 @dataclass(eq=False)
@@ -126,9 +126,8 @@ class WorkerPool:
         if not held:
             return
         try:
-            with self.store.write() as conn:
-                self.store.release_all(conn, self.owner)
-        except SQLAlchemyError:
+            self.store.transact(lambda tx: self.store.release_all(tx, self.owner))
+        except DB_ERRORS:
             log.exception("could not release leases; they expire in %.1fs",
                           self.options.lease_duration)
 
@@ -225,8 +224,8 @@ class WorkerPool:
         return None
 
     def _load_head(self, act: Activation) -> bool:
-        with self.store.read() as conn:
-            head = self.store.head_message(conn, act.pk, act.done_seq + 1)
+        with self.store.read() as tx:
+            head = self.store.head_message(tx, act.pk, act.done_seq + 1)
         if head is None:
             return False
         if head.status != "queued":
@@ -284,9 +283,8 @@ class WorkerPool:
         if act.instance is None and act.definition is None:
             self._drop(act)
             try:
-                with self.store.write() as conn:
-                    self.store.release(conn, act.lease)
-            except SQLAlchemyError:
+                self.store.transact(lambda tx: self.store.release(tx, act.lease))
+            except DB_ERRORS:
                 log.exception("could not release %s %r", act.actor_type, act.actor_id)
         else:
             self._finish(act, requeue=False)
@@ -315,17 +313,16 @@ class WorkerPool:
         """The fenced commit; False when the lease was lost (nothing was written)."""
         if outcome.kind == "retry" and act.head_attempt >= self.options.max_attempts:
             outcome.kind = "dead"
-        try:
-            with self.store.write() as conn:
-                if outcome.kind == "retry":
-                    delay = self.options.retry_delay(act.head_attempt)
-                    self.store.retry_later(
-                        conn, act.lease, message, error=outcome.error or "{}",
-                        attempt=act.head_attempt, delay_ms=int(delay * 1000),
-                    )
-                    return None
-                return self.store.finish_turn(
-                    conn,
+        def body(tx: Tx) -> MessageRow | None:
+            if outcome.kind == "retry":
+                delay = self.options.retry_delay(act.head_attempt)
+                self.store.retry_later(
+                    tx, act.lease, message, error=outcome.error or "{}",
+                    attempt=act.head_attempt, delay_ms=int(delay * 1000),
+                )
+                return None
+            return self.store.finish_turn(
+                tx,
                     act.lease,
                     message,
                     status=outcome.kind,
@@ -333,13 +330,16 @@ class WorkerPool:
                     state_version=act.definition.state_version if act.definition else 1,
                     result=outcome.result,
                     error=outcome.error,
-                    attempt=act.head_attempt,
-                    lease_ms=self.options.lease_ms,
-                )
+                attempt=act.head_attempt,
+                lease_ms=self.options.lease_ms,
+            )
+
+        try:
+            return self.store.transact(body)
         except LeaseLost as exc:
             log.warning("%s", exc, extra={"solid_action": "lease_lost"})
             return False
-        except SQLAlchemyError:
+        except DB_ERRORS:
             log.exception("commit of message %s failed; it will run again", message.id)
             return False
 
@@ -348,15 +348,14 @@ class WorkerPool:
     def poll_once(self, *, capacity: int, now_ms: int | None = None) -> int:
         """Promote due delayed messages, signal held actors, claim free ones."""
         found = 0
-        with self.store.read() as conn:
-            due = self.store.due_scheduled(conn, now=now_ms)
+        with self.store.read() as tx:
+            due = self.store.due_scheduled(tx, now=now_ms)
         if due:
-            with self.store.write() as conn:
-                found += self.store.promote(conn, due)
+            found += self.store.transact(lambda tx: self.store.promote(tx, due))
         with self._cond:
             held = len(self._activations)
-        with self.store.read() as conn:
-            ready = self.store.find_ready(conn, self.owner, limit=capacity + held)
+        with self.store.read() as tx:
+            ready = self.store.find_ready(tx, self.owner, limit=capacity + held)
         claimable = []
         for r in ready:
             if r.lease_owner == self.owner and self.signal(r.pk):
@@ -364,13 +363,12 @@ class WorkerPool:
             claimable.append(r)
         claimable = claimable[:capacity]
         if claimable:
-            claimed = []
-            with self.store.write() as conn:
-                for r in claimable:
-                    c = self.store.claim(conn, r.pk, r.lease_generation, self.owner,
-                                         self.options.lease_ms)
-                    if c is not None:
-                        claimed.append(c)
+            def claim_all(tx: Tx) -> list[Claimed]:
+                got = (self.store.claim(tx, r.pk, r.lease_generation, self.owner,
+                                        self.options.lease_ms) for r in claimable)
+                return [c for c in got if c is not None]
+
+            claimed = self.store.transact(claim_all)
             for c in claimed:
                 self.adopt(c)
             found += len(claimed)
@@ -390,7 +388,7 @@ class WorkerPool:
                 if time.monotonic() >= next_maintenance:
                     found += self._maintain()
                     next_maintenance = time.monotonic() + renew_every
-            except SQLAlchemyError:
+            except DB_ERRORS:
                 log.exception("poll failed; retrying")
             except Exception:
                 log.exception("poller error")
@@ -400,11 +398,11 @@ class WorkerPool:
             interval = min(interval * 2, self.options.poll_interval)
             sleep = min(interval, next_maintenance - time.monotonic())
             try:
-                with self.store.read() as conn:
-                    due_ms = self.store.next_due(conn)
+                with self.store.read() as tx:
+                    due_ms = self.store.next_due(tx)
                 if due_ms is not None:
                     sleep = min(sleep, due_ms / 1000)
-            except SQLAlchemyError:
+            except DB_ERRORS:
                 log.exception("could not read the next due time")
             self._wake.wait(max(sleep, 0.0))
             self._wake.clear()
@@ -419,10 +417,12 @@ class WorkerPool:
                     if a.status == "idle" and a.last_used < cutoff]
             for a in idle:
                 del self._activations[a.pk]
-        with self.store.write() as conn:
-            self.store.renew(conn, self.owner, self.options.lease_ms)
+        def body(tx: Tx) -> None:
+            self.store.renew(tx, self.owner, self.options.lease_ms)
             for a in idle:
-                self.store.release(conn, a.lease)
+                self.store.release(tx, a.lease)
+
+        self.store.transact(body)
         return len(idle)
 
     # --- testing ----------------------------------------------------------------------

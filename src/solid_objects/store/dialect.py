@@ -8,13 +8,48 @@ inside the statement that uses it. On PostgreSQL that is
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Connection, Engine, event, text
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, DatabaseError
+
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_][A-Za-z0-9_]*)")
+
+
+class Tx:
+    """A DB-API cursor with named parameters: the library's only way to run SQL.
+
+    The hot path bypasses SQLAlchemy's statement layer (measured at ~140 µs per
+    checkout-and-statement on SQLite against ~20 µs raw) but keeps its pool,
+    URL parsing, dialects and DDL.
+    """
+
+    __slots__ = ("_cursor", "_render")
+
+    def __init__(self, cursor: Any, render: Any) -> None:
+        self._cursor = cursor
+        self._render = render
+
+    def run(self, template: str, params: Mapping[str, Any] | None = None) -> int:
+        """Execute a statement; return the number of rows it changed."""
+        self._cursor.execute(self._render(template), params or ())
+        return int(self._cursor.rowcount)
+
+    def row(self, template: str, params: Mapping[str, Any] | None = None) -> Any:
+        self._cursor.execute(self._render(template), params or ())
+        return self._cursor.fetchone()
+
+    def rows(self, template: str, params: Mapping[str, Any] | None = None) -> list[Any]:
+        self._cursor.execute(self._render(template), params or ())
+        return list(self._cursor.fetchall())
+
+    def scalar(self, template: str, params: Mapping[str, Any] | None = None) -> Any:
+        row = self.row(template, params)
+        return None if row is None else row[0]
 
 
 class Dialect:
@@ -26,21 +61,65 @@ class Dialect:
     for_update = " FOR UPDATE"
     supports_skip_locked = False
 
+    #: How a ``:name`` placeholder is written for the driver.
+    named_style = "pyformat"
+    #: Whether writes go through one group-commit thread (see ``store.writer``).
+    group_commit = False
+    begin_sql = "BEGIN"
+
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
         """Install per-connection settings on the library's own engine."""
 
-    @contextmanager
-    def write(self, engine: Engine) -> Iterator[Connection]:
-        with engine.begin() as conn:
-            yield conn
+    def render(self, template: str) -> str:
+        if self.named_style == "named":
+            return template
+        return _NAMED.sub(r"%(\1)s", template.replace("%", "%%"))
 
     @contextmanager
-    def read(self, engine: Engine) -> Iterator[Connection]:
-        with engine.connect() as conn:
-            yield conn
+    def _checkout(self, engine: Engine) -> Iterator[Any]:
+        raw = engine.raw_connection()
+        try:
+            yield raw
+        except engine.dialect.loaded_dbapi.Error as exc:
+            if engine.dialect.is_disconnect(exc, raw.driver_connection, None):
+                raw.invalidate(exc)
+            raise DatabaseError(f"{type(exc).__name__}: {exc}", exc) from exc
+        finally:
+            raw.close()
+
+    def begin(self, raw: Any) -> None:
+        """Start a write transaction (drivers other than sqlite3 begin implicitly)."""
+
+    @contextmanager
+    def write(self, engine: Engine, render: Any) -> Iterator[Tx]:
+        with self._checkout(engine) as raw:
+            cursor = raw.cursor()
+            try:
+                self.begin(raw)
+                yield Tx(cursor, render)
+                raw.commit()
+            except BaseException:
+                raw.rollback()
+                raise
+            finally:
+                cursor.close()
+
+    @contextmanager
+    def read(self, engine: Engine, render: Any) -> Iterator[Tx]:
+        with self._checkout(engine) as raw:
+            cursor = raw.cursor()
+            try:
+                yield Tx(cursor, render)
+            finally:
+                cursor.close()
 
     def lock_for_install(self, conn: Connection) -> None:
         """Serialize concurrent ``install()`` calls from several processes."""
+
+    @contextmanager
+    def install_transaction(self, engine: Engine) -> Iterator[Connection]:
+        with engine.begin() as conn:
+            yield conn
 
 
 class SQLiteDialect(Dialect):
@@ -48,6 +127,11 @@ class SQLiteDialect(Dialect):
     # julianday('now') is fixed for the duration of one statement.
     now_ms = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
     for_update = ""
+    named_style = "named"
+    begin_sql = "BEGIN IMMEDIATE"
+
+    #: SQLite has one writer: a process sends its writes through one group-commit thread.
+    group_commit = True
 
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
         synchronous = options["sqlite_synchronous"]
@@ -63,19 +147,21 @@ class SQLiteDialect(Dialect):
             cur.execute(f"PRAGMA busy_timeout={busy_ms}")
             cur.close()
 
-        @event.listens_for(engine, "begin")
-        def _begin(conn: Connection) -> None:
-            # Writers take the write lock up front, so two writers never deadlock on a
-            # lock upgrade; readers run each statement in autocommit on a WAL snapshot.
-            if conn.get_execution_options().get("solid_write"):
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
+    def begin(self, raw: Any) -> None:
+        # Writers take the write lock up front, so two writers never deadlock on a
+        # lock upgrade; readers run each statement in autocommit on a WAL snapshot.
+        raw.driver_connection.execute("BEGIN IMMEDIATE")
 
     @contextmanager
-    def write(self, engine: Engine) -> Iterator[Connection]:
+    def install_transaction(self, engine: Engine) -> Iterator[Connection]:
         with engine.connect() as conn:
-            conn.execution_options(solid_write=True)
-            with conn.begin():
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            try:
                 yield conn
+                conn.exec_driver_sql("COMMIT")
+            except BaseException:
+                conn.exec_driver_sql("ROLLBACK")
+                raise
 
     def lock_for_install(self, conn: Connection) -> None:
         pass  # BEGIN IMMEDIATE already holds the database's only write lock.

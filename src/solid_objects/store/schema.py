@@ -98,8 +98,32 @@ def build_metadata(prefix: str) -> MetaData:
         Column("created_at", BigInteger, nullable=False),
         Column("completed_at", BigInteger, nullable=True),
         UniqueConstraint("actor_pk", "seq", name=f"{prefix}messages_mailbox"),
-        UniqueConstraint("actor_pk", "idempotency_key", name=f"{prefix}messages_idempotency"),
-        Index(f"{prefix}messages_status_due", "status", "available_at"),
+        # Partial where the database supports it, so the common message (no key,
+        # never delayed, never dead) writes no entry into these indexes.
+        Index(
+            f"{prefix}messages_idempotency",
+            "actor_pk",
+            "idempotency_key",
+            unique=True,
+            sqlite_where=text("idempotency_key IS NOT NULL"),
+            postgresql_where=text("idempotency_key IS NOT NULL"),
+        ),
+        Index(
+            f"{prefix}messages_scheduled",
+            "status",
+            "available_at",
+            sqlite_where=text("status = 'scheduled'"),
+            postgresql_where=text("status = 'scheduled'"),
+        ),
+        Index(
+            f"{prefix}messages_dead",
+            "status",
+            "completed_at",
+            sqlite_where=text("status = 'dead'"),
+            postgresql_where=text("status = 'dead'"),
+        ),
+        # On SQLite the table is clustered on its text id: no separate id index.
+        sqlite_with_rowid=False,
     )
     return md
 

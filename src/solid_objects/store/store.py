@@ -12,16 +12,19 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, Row, TextClause, text
+from sqlalchemy import Engine
 
 from ..errors import IdempotencyConflict, LeaseLost
 from . import schema
-from .dialect import Dialect, dialect_for
+from .dialect import Dialect, Tx, dialect_for
+from .writer import GroupWriter
+
+T = TypeVar("T")
 
 TERMINAL = frozenset({"completed", "rejected", "dead", "destroyed"})
 
@@ -110,7 +113,7 @@ _MSG_COLS = (
 )
 
 
-def _message(row: Row[Any] | Sequence[Any], offset: int = 0) -> MessageRow:
+def _message(row: Sequence[Any], offset: int = 0) -> MessageRow:
     r = tuple(row)[offset : offset + 13]
     return MessageRow(
         id=r[0],
@@ -137,15 +140,20 @@ class Store:
         self.prefix = prefix
         self.dialect: Dialect = dialect_for(engine)
         self.dialect.configure(engine, options)
-        self._sql: dict[str, TextClause] = {}
+        self._sql: dict[str, str] = {}
+        self._writer = (
+            GroupWriter(engine, self.sql, self.dialect.begin_sql)
+            if self.dialect.group_commit
+            else None
+        )
 
     # --- plumbing ---------------------------------------------------------------------
 
-    def sql(self, template: str) -> TextClause:
-        """A cached ``text()`` for a template using ``{actors}``, ``{messages}``, ``{now}``."""
-        clause = self._sql.get(template)
-        if clause is None:
-            clause = text(
+    def sql(self, template: str) -> str:
+        """The driver-ready SQL of a template using ``{actors}``, ``{messages}``, ``{now}``."""
+        rendered = self._sql.get(template)
+        if rendered is None:
+            rendered = self.dialect.render(
                 template.format(
                     actors=f"{self.prefix}actors",
                     messages=f"{self.prefix}messages",
@@ -153,64 +161,70 @@ class Store:
                     for_update=self.dialect.for_update,
                 )
             )
-            self._sql[template] = clause
-        return clause
+            self._sql[template] = rendered
+        return rendered
+
+    def transact(self, body: Callable[[Tx], T]) -> T:
+        """Run ``body(tx)`` in a read-write transaction; return once it is committed.
+
+        On SQLite the body joins the next group commit (see ``store.writer``);
+        elsewhere it runs in its own transaction on this thread.
+        """
+        if self._writer is not None:
+            return self._writer.submit(body)
+        with self.dialect.write(self.engine, self.sql) as tx:
+            return body(tx)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
 
     @contextmanager
-    def write(self) -> Iterator[Connection]:
-        """A read-write transaction (``BEGIN IMMEDIATE`` on SQLite)."""
-        with self.dialect.write(self.engine) as conn:
-            yield conn
-
-    @contextmanager
-    def read(self) -> Iterator[Connection]:
-        """A connection for reads of committed data."""
-        with self.dialect.read(self.engine) as conn:
-            yield conn
+    def read(self) -> Iterator[Tx]:
+        """Reads of committed data (autocommit statements on SQLite)."""
+        with self.dialect.read(self.engine, self.sql) as tx:
+            yield tx
 
     def install(self) -> int:
-        with self.write() as conn:
+        with self.dialect.install_transaction(self.engine) as conn:
             return schema.install(conn, self.dialect, self.prefix)
 
     def check_installed(self) -> None:
-        with self.read() as conn:
+        with self.engine.connect() as conn:
             schema.check_installed(conn, self.prefix)
 
-    def now(self, conn: Connection) -> int:
-        return int(conn.execute(self.sql("SELECT {now}")).scalar_one())
+    def now(self, tx: Tx) -> int:
+        return int(tx.scalar("SELECT {now}"))
 
     # --- enqueue ----------------------------------------------------------------------
 
-    def _lock_actor(self, conn: Connection, actor_type: str, actor_id: str) -> Row[Any]:
-        select = self.sql(
+    def _lock_actor(self, tx: Tx, actor_type: str, actor_id: str) -> Any:
+        select = (
             "SELECT pk, next_seq, done_seq, lease_owner, lease_expires_at, paused, ready_at, "
             "lease_generation, {now} FROM {actors} "
             "WHERE actor_type = :t AND actor_id = :i{for_update}"
         )
         params = {"t": actor_type, "i": actor_id}
-        row = conn.execute(select, params).first()
+        row = tx.row(select, params)
         if row is None:
-            conn.execute(self._insert_actor(), params)
-            row = conn.execute(select, params).one()
+            tx.run(self._insert_actor(), params)
+            row = tx.row(select, params)
         return row
 
-    def _insert_actor(self) -> TextClause:
-        name = self.dialect.name
-        if name == "postgresql":
-            tail = " ON CONFLICT (actor_type, actor_id) DO NOTHING"
-            head = "INSERT INTO"
-        elif name == "mysql":
-            tail, head = "", "INSERT IGNORE INTO"
-        else:
-            tail, head = "", "INSERT OR IGNORE INTO"
-        return self.sql(
+    def _insert_actor(self) -> str:
+        head = {"postgresql": "INSERT INTO", "mysql": "INSERT IGNORE INTO"}.get(
+            self.dialect.name, "INSERT OR IGNORE INTO"
+        )
+        tail = " ON CONFLICT (actor_type, actor_id) DO NOTHING" if (
+            self.dialect.name == "postgresql") else ""
+        return (
             head + " {actors} (actor_type, actor_id, state, created_at, updated_at) "
             "VALUES (:t, :i, NULL, {now}, {now})" + tail
         )
 
     def enqueue(
         self,
-        conn: Connection,
+        tx: Tx,
         *,
         message_id: str,
         actor_type: str,
@@ -225,21 +239,20 @@ class Store:
         """Append a message to an actor's mailbox (creating the actor row if needed).
 
         A delayed message is stored as ``scheduled`` with no sequence number: it
-        enters the ordered mailbox only when :meth:`promote_due` finds it due, so
-        it never blocks messages that are due before it. With ``claim_for`` the
-        same transaction also takes the actor's lease when it is free, so a call
-        to a cold actor costs one write transaction here plus one commit.
+        enters the ordered mailbox only when :meth:`promote` finds it due, so it
+        never blocks messages that are due before it. With ``claim_for`` the same
+        transaction also takes the actor's lease when it is free, so a call to a
+        cold actor costs one write transaction here plus one commit.
         """
-        row = self._lock_actor(conn, actor_type, actor_id)
+        row = self._lock_actor(tx, actor_type, actor_id)
         pk, next_seq, done_seq, owner, expires, paused, ready_at, generation, now = row
+        pk, now = int(pk), int(now)
         if idempotency_key is not None:
-            found = conn.execute(
-                self.sql(
-                    f"SELECT {_MSG_COLS} FROM {{messages}} "
-                    "WHERE actor_pk = :pk AND idempotency_key = :k"
-                ),
+            found = tx.row(
+                f"SELECT {_MSG_COLS} FROM {{messages}} "
+                "WHERE actor_pk = :pk AND idempotency_key = :k",
                 {"pk": pk, "k": idempotency_key},
-            ).first()
+            )
             if found is not None:
                 existing = _message(found)
                 if existing.operation != operation or existing.arguments != arguments:
@@ -265,61 +278,42 @@ class Store:
             error=None,
             available_at=now + max(delay_ms, 0),
         )
-        claimed: Claimed | None = None
+        lease: Lease | None = None
         if delay_ms <= 0:
             message.seq = int(next_seq)
             message.status = "queued"
-            can_claim = (
+            params: dict[str, Any] = {"seq": next_seq, "now": now, "pk": pk}
+            if (
                 claim_for is not None
                 and not paused
                 and (owner is None or expires <= now)
                 and (ready_at is None or ready_at <= now)
-            )
-            if can_claim:
-                assert claim_for is not None
-                token = secrets.token_hex(8)
-                conn.execute(
-                    self.sql(
-                        "UPDATE {actors} SET next_seq = :seq + 1, ready_at = :now, "
-                        "lease_owner = :owner, lease_token = :token, "
-                        "lease_generation = :gen + 1, lease_expires_at = :now + :lease_ms, "
-                        "attempt = attempt + 1, updated_at = :now "
-                        "WHERE pk = :pk AND next_seq = :seq"
-                    ),
-                    {
-                        "seq": next_seq,
-                        "now": now,
-                        "owner": claim_for,
-                        "token": token,
-                        "gen": generation,
-                        "lease_ms": lease_ms,
-                        "pk": pk,
-                    },
-                )
-                claimed = Claimed(
-                    Lease(int(pk), claim_for, token, int(generation) + 1),
-                    actor_type, actor_id, None, 1, int(done_seq), 0, None,
+            ):
+                lease = Lease(pk, claim_for, secrets.token_hex(8), int(generation) + 1)
+                params.update(owner=lease.owner, token=lease.token, gen=lease.generation,
+                              lease_ms=lease_ms)
+                tx.run(
+                    "UPDATE {actors} SET next_seq = :seq + 1, ready_at = :now, "
+                    "lease_owner = :owner, lease_token = :token, lease_generation = :gen, "
+                    "lease_expires_at = :now + :lease_ms, attempt = attempt + 1, "
+                    "updated_at = :now WHERE pk = :pk AND next_seq = :seq",
+                    params,
                 )
             else:
-                conn.execute(
-                    self.sql(
-                        "UPDATE {actors} SET next_seq = :seq + 1, "
-                        "ready_at = COALESCE(ready_at, :now) WHERE pk = :pk AND next_seq = :seq"
-                    ),
-                    {"seq": next_seq, "now": now, "pk": pk},
+                tx.run(
+                    "UPDATE {actors} SET next_seq = :seq + 1, "
+                    "ready_at = COALESCE(ready_at, :now) WHERE pk = :pk AND next_seq = :seq",
+                    params,
                 )
-        self._insert_message(conn, message, now)
-        if claimed is not None:
-            claimed = self.load_claimed(conn, claimed.lease)
+        self._insert_message(tx, message, now)
+        claimed = None if lease is None else self.load_claimed(tx, lease)
         return Enqueued(message, existing=False, claimed=claimed)
 
-    def _insert_message(self, conn: Connection, m: MessageRow, now: int) -> None:
-        conn.execute(
-            self.sql(
-                "INSERT INTO {messages} (id, actor_pk, actor_type, actor_id, seq, operation, "
-                "arguments, idempotency_key, status, available_at, attempts, created_at) "
-                "VALUES (:id, :pk, :t, :i, :seq, :op, :args, :key, :status, :avail, 0, :now)"
-            ),
+    def _insert_message(self, tx: Tx, m: MessageRow, now: int) -> None:
+        tx.run(
+            "INSERT INTO {messages} (id, actor_pk, actor_type, actor_id, seq, operation, "
+            "arguments, idempotency_key, status, available_at, attempts, created_at) "
+            "VALUES (:id, :pk, :t, :i, :seq, :op, :args, :key, :status, :avail, 0, :now)",
             {
                 "id": m.id,
                 "pk": m.actor_pk,
@@ -336,19 +330,17 @@ class Store:
         )
 
     def due_scheduled(
-        self, conn: Connection, *, now: int | None = None, limit: int = 100
+        self, tx: Tx, *, now: int | None = None, limit: int = 100
     ) -> list[tuple[str, int]]:
         """Delayed messages whose time has come (``now`` overrides the database clock)."""
-        rows = conn.execute(
-            self.sql(
-                "SELECT id, actor_pk FROM {messages} WHERE status = 'scheduled' "
-                "AND available_at <= COALESCE(:now, {now}) ORDER BY available_at, id LIMIT :limit"
-            ),
+        rows = tx.rows(
+            "SELECT id, actor_pk FROM {messages} WHERE status = 'scheduled' "
+            "AND available_at <= COALESCE(:now, {now}) ORDER BY available_at, id LIMIT :limit",
             {"now": now, "limit": limit},
-        ).all()
+        )
         return [(r[0], int(r[1])) for r in rows]
 
-    def promote(self, conn: Connection, due: list[tuple[str, int]]) -> int:
+    def promote(self, tx: Tx, due: list[tuple[str, int]]) -> int:
         """Move due delayed messages into their actors' ordered mailboxes.
 
         Each message is taken with a conditional UPDATE first, so a concurrent
@@ -356,87 +348,64 @@ class Store:
         """
         moved = 0
         for message_id, pk in due:
-            taken = conn.execute(
-                self.sql(
-                    "UPDATE {messages} SET status = 'queued' "
-                    "WHERE id = :id AND status = 'scheduled'"
-                ),
+            taken = tx.run(
+                "UPDATE {messages} SET status = 'queued' WHERE id = :id AND status = 'scheduled'",
                 {"id": message_id},
-            ).rowcount
+            )
             if taken != 1:
                 continue
-            actor = conn.execute(
-                self.sql("SELECT next_seq FROM {actors} WHERE pk = :pk{for_update}"), {"pk": pk}
-            ).first()
-            if actor is None:
-                conn.execute(
-                    self.sql("UPDATE {messages} SET status = 'destroyed' WHERE id = :id"),
-                    {"id": message_id},
-                )
+            seq = tx.scalar("SELECT next_seq FROM {actors} WHERE pk = :pk{for_update}", {"pk": pk})
+            if seq is None:
+                tx.run("UPDATE {messages} SET status = 'destroyed' WHERE id = :id",
+                       {"id": message_id})
                 continue
-            seq = int(actor[0])
-            conn.execute(
-                self.sql(
-                    "UPDATE {actors} SET next_seq = :seq + 1, "
-                    "ready_at = COALESCE(ready_at, {now}) WHERE pk = :pk"
-                ),
+            tx.run(
+                "UPDATE {actors} SET next_seq = :seq + 1, "
+                "ready_at = COALESCE(ready_at, {now}) WHERE pk = :pk",
                 {"seq": seq, "pk": pk},
             )
-            conn.execute(
-                self.sql("UPDATE {messages} SET seq = :seq WHERE id = :id"),
-                {"seq": seq, "id": message_id},
-            )
+            tx.run("UPDATE {messages} SET seq = :seq WHERE id = :id", {"seq": seq, "id": message_id})
             moved += 1
         return moved
 
     # --- claim ------------------------------------------------------------------------
 
-    def find_ready(self, conn: Connection, owner: str, limit: int) -> list[ReadyActor]:
+    def find_ready(self, tx: Tx, owner: str, limit: int) -> list[ReadyActor]:
         """Actors with due work that are free to claim, or already leased by ``owner``."""
-        rows = conn.execute(
-            self.sql(
-                "SELECT pk, lease_owner, lease_generation FROM {actors} "
-                "WHERE ready_at <= {now} AND paused = 0 AND (lease_owner IS NULL "
-                "OR lease_expires_at <= {now} OR lease_owner = :owner) "
-                "ORDER BY ready_at LIMIT :limit"
-            ),
+        rows = tx.rows(
+            "SELECT pk, lease_owner, lease_generation FROM {actors} "
+            "WHERE ready_at <= {now} AND paused = 0 AND (lease_owner IS NULL "
+            "OR lease_expires_at <= {now} OR lease_owner = :owner) "
+            "ORDER BY ready_at LIMIT :limit",
             {"owner": owner, "limit": limit},
-        ).all()
+        )
         return [ReadyActor(int(r[0]), r[1], int(r[2])) for r in rows]
 
-    def claim(
-        self, conn: Connection, pk: int, generation: int, owner: str, lease_ms: int
-    ) -> Claimed | None:
+    def claim(self, tx: Tx, pk: int, generation: int, owner: str, lease_ms: int) -> Claimed | None:
         """Take a free or expired lease (compare-and-set on the generation)."""
-        token = secrets.token_hex(8)
-        changed = conn.execute(
-            self.sql(
-                "UPDATE {actors} SET lease_owner = :owner, lease_token = :token, "
-                "lease_generation = :gen + 1, lease_expires_at = {now} + :lease_ms, "
-                "attempt = attempt + 1 "
-                "WHERE pk = :pk AND lease_generation = :gen AND ready_at <= {now} "
-                "AND paused = 0 AND (lease_owner IS NULL OR lease_expires_at <= {now})"
-            ),
-            {"owner": owner, "token": token, "gen": generation, "lease_ms": lease_ms, "pk": pk},
-        ).rowcount
-        if changed != 1:
-            return None
-        return self.load_claimed(conn, Lease(pk, owner, token, generation + 1))
+        lease = Lease(pk, owner, secrets.token_hex(8), generation + 1)
+        changed = tx.run(
+            "UPDATE {actors} SET lease_owner = :owner, lease_token = :token, "
+            "lease_generation = :gen + 1, lease_expires_at = {now} + :lease_ms, "
+            "attempt = attempt + 1 "
+            "WHERE pk = :pk AND lease_generation = :gen AND ready_at <= {now} "
+            "AND paused = 0 AND (lease_owner IS NULL OR lease_expires_at <= {now})",
+            {"owner": owner, "token": lease.token, "gen": generation, "lease_ms": lease_ms,
+             "pk": pk},
+        )
+        return None if changed != 1 else self.load_claimed(tx, lease)
 
-    def load_claimed(self, conn: Connection, lease: Lease) -> Claimed | None:
-        row = conn.execute(
-            self.sql(
-                "SELECT a.actor_type, a.actor_id, a.state, a.state_version, a.done_seq, "
-                "a.attempt, "
-                + ", ".join(f"m.{c.strip()}" for c in _MSG_COLS.split(","))
-                + " FROM {actors} a LEFT JOIN {messages} m "
-                "ON m.actor_pk = a.pk AND m.seq = a.done_seq + 1 WHERE a.pk = :pk"
-            ),
+    def load_claimed(self, tx: Tx, lease: Lease) -> Claimed | None:
+        """The committed state and head message of an actor whose lease we hold."""
+        row = tx.row(
+            "SELECT a.actor_type, a.actor_id, a.state, a.state_version, a.done_seq, a.attempt, "
+            + ", ".join(f"m.{c.strip()}" for c in _MSG_COLS.split(","))
+            + " FROM {actors} a LEFT JOIN {messages} m "
+            "ON m.actor_pk = a.pk AND m.seq = a.done_seq + 1 WHERE a.pk = :pk",
             {"pk": lease.pk},
-        ).first()
+        )
         if row is None:
             return None
-        head = None if row[6] is None else _message(row, 6)
         return Claimed(
             lease=lease,
             actor_type=row[0],
@@ -445,14 +414,14 @@ class Store:
             state_version=int(row[3]),
             done_seq=int(row[4]),
             attempt=int(row[5]),
-            head=head,
+            head=None if row[6] is None else _message(row, 6),
         )
 
-    def head_message(self, conn: Connection, pk: int, seq: int) -> MessageRow | None:
-        row = conn.execute(
-            self.sql(f"SELECT {_MSG_COLS} FROM {{messages}} WHERE actor_pk = :pk AND seq = :seq"),
+    def head_message(self, tx: Tx, pk: int, seq: int) -> MessageRow | None:
+        row = tx.row(
+            f"SELECT {_MSG_COLS} FROM {{messages}} WHERE actor_pk = :pk AND seq = :seq",
             {"pk": pk, "seq": seq},
-        ).first()
+        )
         return None if row is None else _message(row)
 
     # --- commit -----------------------------------------------------------------------
@@ -462,18 +431,14 @@ class Store:
         "AND lease_generation = :gen AND lease_expires_at > {now} AND done_seq = :seq - 1"
     )
 
-    def _fence_params(self, lease: Lease, seq: int) -> dict[str, Any]:
-        return {
-            "pk": lease.pk,
-            "owner": lease.owner,
-            "token": lease.token,
-            "gen": lease.generation,
-            "seq": seq,
-        }
+    @staticmethod
+    def _fence_params(lease: Lease, seq: int, **extra: Any) -> dict[str, Any]:
+        return {"pk": lease.pk, "owner": lease.owner, "token": lease.token,
+                "gen": lease.generation, "seq": seq, **extra}
 
     def finish_turn(
         self,
-        conn: Connection,
+        tx: Tx,
         lease: Lease,
         message: MessageRow,
         *,
@@ -493,48 +458,33 @@ class Store:
         The same statement renews the lease, so a busy actor needs no separate renewal.
         """
         assert message.seq is not None
-        params = self._fence_params(lease, message.seq)
-        params.update({"state": state, "sv": state_version, "lease_ms": lease_ms})
-        changed = conn.execute(
-            self.sql(
-                "UPDATE {actors} SET state = COALESCE(:state, state), "
-                "state_version = CASE WHEN :state IS NULL THEN state_version ELSE :sv END, "
-                "done_seq = :seq, "
-                "attempt = CASE WHEN next_seq > :seq + 1 THEN 1 ELSE 0 END, "
-                "ready_at = CASE WHEN next_seq > :seq + 1 THEN {now} ELSE NULL END, "
-                "lease_expires_at = {now} + :lease_ms, updated_at = {now} "
-                "WHERE " + self._FENCE
-            ),
-            params,
-        ).rowcount
+        write_state = state is not None
+        changed = tx.run(
+            "UPDATE {actors} SET "
+            + ("state = :state, state_version = :sv, " if write_state else "")
+            + "done_seq = :seq, "
+            "attempt = CASE WHEN next_seq > :seq + 1 THEN 1 ELSE 0 END, "
+            "ready_at = CASE WHEN next_seq > :seq + 1 THEN {now} ELSE NULL END, "
+            "lease_expires_at = {now} + :lease_ms, updated_at = {now} "
+            "WHERE " + self._FENCE,
+            self._fence_params(lease, message.seq, state=state, sv=state_version,
+                               lease_ms=lease_ms),
+        )
         if changed != 1:
             raise LeaseLost(
                 f"lease on {message.actor_type} {message.actor_id!r} was lost before the commit "
                 f"of message {message.id}"
             )
-        conn.execute(
-            self.sql(
-                "UPDATE {messages} SET status = :status, result = :result, error = :error, "
-                "attempts = :attempt, completed_at = {now} WHERE id = :id"
-            ),
-            {
-                "status": status,
-                "result": result,
-                "error": error,
-                "attempt": attempt,
-                "id": message.id,
-            },
+        tx.run(
+            "UPDATE {messages} SET status = :status, result = :result, error = :error, "
+            "attempts = :attempt, completed_at = {now} WHERE id = :id",
+            {"status": status, "result": result, "error": error, "attempt": attempt,
+             "id": message.id},
         )
-        return self.head_message(conn, lease.pk, message.seq + 1)
+        return self.head_message(tx, lease.pk, message.seq + 1)
 
     def retry_later(
-        self,
-        conn: Connection,
-        lease: Lease,
-        message: MessageRow,
-        *,
-        error: str,
-        attempt: int,
+        self, tx: Tx, lease: Lease, message: MessageRow, *, error: str, attempt: int,
         delay_ms: int,
     ) -> None:
         """Record a retryable failure: release the lease and hold the mailbox until later.
@@ -543,94 +493,65 @@ class Store:
         succeeds or becomes a dead letter (strict per-identity order).
         """
         assert message.seq is not None
-        params = self._fence_params(lease, message.seq)
-        params["delay_ms"] = delay_ms
-        changed = conn.execute(
-            self.sql(
-                "UPDATE {actors} SET lease_owner = NULL, lease_token = NULL, "
-                "lease_expires_at = NULL, ready_at = {now} + :delay_ms, updated_at = {now} "
-                "WHERE " + self._FENCE
-            ),
-            params,
-        ).rowcount
+        changed = tx.run(
+            "UPDATE {actors} SET lease_owner = NULL, lease_token = NULL, "
+            "lease_expires_at = NULL, ready_at = {now} + :delay_ms, updated_at = {now} "
+            "WHERE " + self._FENCE,
+            self._fence_params(lease, message.seq, delay_ms=delay_ms),
+        )
         if changed != 1:
             raise LeaseLost(f"lease lost before recording the failure of message {message.id}")
-        conn.execute(
-            self.sql("UPDATE {messages} SET attempts = :attempt, error = :error WHERE id = :id"),
+        tx.run(
+            "UPDATE {messages} SET attempts = :attempt, error = :error WHERE id = :id",
             {"attempt": attempt, "error": error, "id": message.id},
         )
 
-    def renew(self, conn: Connection, owner: str, lease_ms: int) -> int:
+    def renew(self, tx: Tx, owner: str, lease_ms: int) -> int:
         """Extend every unexpired lease of ``owner`` in one statement."""
-        return int(
-            conn.execute(
-                self.sql(
-                    "UPDATE {actors} SET lease_expires_at = {now} + :lease_ms "
-                    "WHERE lease_owner = :owner AND lease_expires_at > {now}"
-                ),
-                {"owner": owner, "lease_ms": lease_ms},
-            ).rowcount
+        return tx.run(
+            "UPDATE {actors} SET lease_expires_at = {now} + :lease_ms "
+            "WHERE lease_owner = :owner AND lease_expires_at > {now}",
+            {"owner": owner, "lease_ms": lease_ms},
         )
 
-    def release(self, conn: Connection, lease: Lease) -> bool:
+    _RELEASE = (
+        "UPDATE {actors} SET lease_owner = NULL, lease_token = NULL, "
+        "lease_expires_at = NULL, attempt = 0, "
+        "ready_at = CASE WHEN next_seq > done_seq + 1 "
+        "THEN COALESCE(ready_at, {now}) ELSE NULL END WHERE lease_owner = :owner"
+    )
+
+    def release(self, tx: Tx, lease: Lease) -> bool:
         """Give a lease back between turns; a no-op if it is no longer ours."""
-        return (
-            conn.execute(
-                self.sql(
-                    "UPDATE {actors} SET lease_owner = NULL, lease_token = NULL, "
-                    "lease_expires_at = NULL, attempt = 0, "
-                    "ready_at = CASE WHEN next_seq > done_seq + 1 "
-                    "THEN COALESCE(ready_at, {now}) ELSE NULL END "
-                    "WHERE pk = :pk AND lease_owner = :owner AND lease_token = :token "
-                    "AND lease_generation = :gen"
-                ),
-                {"pk": lease.pk, "owner": lease.owner, "token": lease.token,
-                 "gen": lease.generation},
-            ).rowcount
-            == 1
-        )
+        return tx.run(
+            self._RELEASE + " AND pk = :pk AND lease_token = :token AND lease_generation = :gen",
+            {"pk": lease.pk, "owner": lease.owner, "token": lease.token,
+             "gen": lease.generation},
+        ) == 1
 
-    def release_all(self, conn: Connection, owner: str) -> int:
+    def release_all(self, tx: Tx, owner: str) -> int:
         """Give back every lease of ``owner`` (shutdown)."""
-        return int(
-            conn.execute(
-                self.sql(
-                    "UPDATE {actors} SET lease_owner = NULL, lease_token = NULL, "
-                    "lease_expires_at = NULL, attempt = 0, "
-                    "ready_at = CASE WHEN next_seq > done_seq + 1 "
-                    "THEN COALESCE(ready_at, {now}) ELSE NULL END WHERE lease_owner = :owner"
-                ),
-                {"owner": owner},
-            ).rowcount
-        )
+        return tx.run(self._RELEASE, {"owner": owner})
 
     # --- reads for callers --------------------------------------------------------------
 
-    def message(self, conn: Connection, message_id: str) -> MessageRow | None:
-        row = conn.execute(
-            self.sql(f"SELECT {_MSG_COLS} FROM {{messages}} WHERE id = :id"), {"id": message_id}
-        ).first()
+    def message(self, tx: Tx, message_id: str) -> MessageRow | None:
+        row = tx.row(f"SELECT {_MSG_COLS} FROM {{messages}} WHERE id = :id", {"id": message_id})
         return None if row is None else _message(row)
 
-    def actor_state(
-        self, conn: Connection, actor_type: str, actor_id: str
-    ) -> tuple[str | None, int] | None:
-        row = conn.execute(
-            self.sql(
-                "SELECT state, state_version FROM {actors} WHERE actor_type = :t AND actor_id = :i"
-            ),
+    def actor_state(self, tx: Tx, actor_type: str, actor_id: str) -> tuple[str | None, int] | None:
+        row = tx.row(
+            "SELECT state, state_version FROM {actors} WHERE actor_type = :t AND actor_id = :i",
             {"t": actor_type, "i": actor_id},
-        ).first()
+        )
         return None if row is None else (row[0], int(row[1]))
 
-    def actor_status(self, conn: Connection, pk: int) -> ActorStatus | None:
-        row = conn.execute(
-            self.sql(
-                "SELECT done_seq, next_seq, attempt, ready_at, lease_owner, lease_expires_at, "
-                "paused, {now} FROM {actors} WHERE pk = :pk"
-            ),
+    def actor_status(self, tx: Tx, pk: int) -> ActorStatus | None:
+        row = tx.row(
+            "SELECT done_seq, next_seq, attempt, ready_at, lease_owner, lease_expires_at, "
+            "paused, {now} FROM {actors} WHERE pk = :pk",
             {"pk": pk},
-        ).first()
+        )
         if row is None:
             return None
         return ActorStatus(
@@ -644,35 +565,29 @@ class Store:
             now=int(row[7]),
         )
 
-    def next_due(self, conn: Connection) -> int | None:
+    def next_due(self, tx: Tx) -> int | None:
         """Milliseconds until the earliest future work (ready actor or scheduled message)."""
-        row = conn.execute(
-            self.sql(
-                "SELECT (SELECT MIN(ready_at) FROM {actors} WHERE ready_at > {now}), "
-                "(SELECT MIN(available_at) FROM {messages} WHERE status = 'scheduled'), {now}"
-            )
-        ).one()
+        row = tx.row(
+            "SELECT (SELECT MIN(ready_at) FROM {actors} WHERE ready_at > {now}), "
+            "(SELECT MIN(available_at) FROM {messages} WHERE status = 'scheduled'), {now}"
+        )
         candidates = [int(v) for v in row[:2] if v is not None]
         if not candidates:
             return None
         return max(0, min(candidates) - int(row[2]))
 
-    def destroy(self, conn: Connection, actor_type: str, actor_id: str) -> bool:
+    def destroy(self, tx: Tx, actor_type: str, actor_id: str) -> bool:
         """End an incarnation: pending messages become ``destroyed``; the row goes."""
-        row = conn.execute(
-            self.sql(
-                "SELECT pk FROM {actors} WHERE actor_type = :t AND actor_id = :i{for_update}"
-            ),
+        pk = tx.scalar(
+            "SELECT pk FROM {actors} WHERE actor_type = :t AND actor_id = :i{for_update}",
             {"t": actor_type, "i": actor_id},
-        ).first()
-        if row is None:
-            return False
-        conn.execute(
-            self.sql(
-                "UPDATE {messages} SET status = 'destroyed', completed_at = {now} "
-                "WHERE actor_pk = :pk AND status IN ('scheduled', 'queued')"
-            ),
-            {"pk": row[0]},
         )
-        conn.execute(self.sql("DELETE FROM {actors} WHERE pk = :pk"), {"pk": row[0]})
+        if pk is None:
+            return False
+        tx.run(
+            "UPDATE {messages} SET status = 'destroyed', completed_at = {now} "
+            "WHERE actor_pk = :pk AND status IN ('scheduled', 'queued')",
+            {"pk": pk},
+        )
+        tx.run("DELETE FROM {actors} WHERE pk = :pk", {"pk": pk})
         return True

@@ -1,0 +1,137 @@
+"""Group commit: one writer thread runs many callers' transactions in one commit.
+
+SQLite has a single writer, and every statement releases and retakes the
+GIL; with many threads each taking the write lock in turn, a transaction
+spends most of its time queued for the GIL while holding the lock (measured:
+~600 µs for 30 µs of SQL). Instead, threads hand their transaction bodies
+to one thread that owns a connection, runs every body waiting at that moment
+inside one ``BEGIN IMMEDIATE ... COMMIT``, each under its own ``SAVEPOINT`` so
+one body's failure rolls back only its own writes, and completes each caller's
+future only after the ``COMMIT`` returned. Nothing is acknowledged before it
+is durable, and a failed commit fails every body in the batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine
+
+from ..errors import DatabaseError
+from .dialect import Tx
+
+log = logging.getLogger("solid_objects.store")
+
+T = TypeVar("T")
+
+_MAX_BATCH = 256
+
+
+class GroupWriter:
+    def __init__(self, engine: Engine, render: Callable[[str], str], begin_sql: str) -> None:
+        self._engine = engine
+        self._render = render
+        self._begin_sql = begin_sql
+        self._jobs: queue.SimpleQueue[tuple[Callable[[Tx], Any], Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def submit(self, body: Callable[[Tx], T]) -> T:
+        """Run ``body(tx)`` in the next group transaction; return once it is committed."""
+        if getattr(self._local, "inside", False):
+            raise RuntimeError("store.transact() called from inside a transaction body")
+        self._ensure_thread()
+        future: Future[T] = Future()
+        self._jobs.put((body, future))
+        return future.result()
+
+    def close(self) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._jobs.put(None)
+            thread.join(10)
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name="solid-writer", daemon=True
+                    )
+                    self._thread.start()
+
+    def _run(self) -> None:
+        self._local.inside = True
+        raw = None
+        while True:
+            first = self._jobs.get()
+            if first is None:
+                break
+            batch = [first]
+            while len(batch) < _MAX_BATCH:
+                try:
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if job is None:
+                    self._jobs.put(None)
+                    break
+                batch.append(job)
+            try:
+                if raw is None:
+                    raw = self._engine.raw_connection()
+                self._run_batch(raw, batch)
+            except BaseException as exc:  # the commit itself failed: nothing is durable
+                log.warning("group commit of %d transactions failed: %r", len(batch), exc)
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                if raw is not None:
+                    try:
+                        raw.invalidate()
+                    finally:
+                        raw = None
+        if raw is not None:
+            raw.close()
+
+    def _run_batch(self, raw: Any, batch: list[tuple[Callable[[Tx], Any], Future[Any]]]) -> None:
+        driver = raw.driver_connection
+        cursor = raw.cursor()
+        tx = Tx(cursor, self._render)
+        outcomes: list[tuple[bool, Any]] = []
+        driver.execute(self._begin_sql)
+        try:
+            for body, _ in batch:
+                driver.execute("SAVEPOINT solid_job")
+                try:
+                    result = body(tx)
+                except Exception as exc:
+                    if isinstance(exc, self._engine.dialect.loaded_dbapi.Error):
+                        exc = DatabaseError(f"{type(exc).__name__}: {exc}", exc)
+                    driver.execute("ROLLBACK TO solid_job")
+                    driver.execute("RELEASE solid_job")
+                    outcomes.append((False, exc))
+                else:
+                    driver.execute("RELEASE solid_job")
+                    outcomes.append((True, result))
+            driver.execute("COMMIT")
+        except BaseException:
+            if driver.in_transaction:
+                driver.execute("ROLLBACK")
+            raise
+        finally:
+            cursor.close()
+        for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
