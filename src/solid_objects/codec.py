@@ -40,6 +40,28 @@ def encode_json(value: Any, *, what: str, limit: int) -> str:
     return text
 
 
+def reject_non_finite(value: Any, *, what: str, depth: int = 0) -> None:
+    """Refuse NaN and infinities anywhere in ``value``.
+
+    pydantic's JSON mode turns them into ``null`` silently; a stored ``null``
+    where the caller passed NaN would be a quiet change of meaning.
+    """
+    if depth > 200:
+        raise InvalidArguments(f"{what} is nested more than 200 levels deep")
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise InvalidArguments(f"{what} contains {value!r}, which JSON cannot represent")
+    elif isinstance(value, dict):
+        for item in value.values():
+            reject_non_finite(item, what=what, depth=depth + 1)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            reject_non_finite(item, what=what, depth=depth + 1)
+    elif hasattr(value, "__dict__") and not isinstance(value, type):
+        for item in vars(value).values():
+            reject_non_finite(item, what=what, depth=depth + 1)
+
+
 def decode_json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 

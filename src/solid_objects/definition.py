@@ -21,7 +21,7 @@ from pydantic import ConfigDict, PydanticSchemaGenerationError, TypeAdapter, Val
 from pydantic_core import PydanticSerializationError
 from typing_extensions import NotRequired, Required, TypedDict
 
-from .codec import encode_json
+from .codec import encode_json, reject_non_finite
 from .errors import (
     InvalidActorDefinition,
     InvalidArguments,
@@ -103,6 +103,7 @@ class Operation:
             values[key] = value
         try:
             validated = self.arguments.validate_python(values)
+            reject_non_finite(validated, what=f"arguments of {self.name}()")
             return self.arguments.dump_python(validated, mode="json")  # type: ignore[no-any-return]
         except ValidationError as exc:
             raise InvalidArguments(f"{self.name}(): {_validation_message(exc)}") from None
@@ -124,6 +125,7 @@ class Operation:
     def encode_result(self, value: Any, *, limit: int) -> str:
         try:
             checked = self.result.validate_python(value)
+            reject_non_finite(checked, what=f"result of {self.name}()")
             plain = self.result.dump_python(checked, mode="json")
         except ValidationError as exc:
             raise InvalidArguments(
@@ -205,7 +207,11 @@ class ActorDefinition:
 
     def dump_state(self, values: dict[str, Any], *, limit: int) -> str:
         try:
-            plain = self.state.dump_python(self.state.validate_python(values), mode="json")
+            checked = self.state.validate_python(values)
+            reject_non_finite(checked, what=f"{self.actor_type} state")
+            plain = self.state.dump_python(checked, mode="json")
+        except InvalidArguments as exc:
+            raise InvalidState(str(exc)) from None
         except ValidationError as exc:
             raise InvalidState(f"{self.actor_type}: {_validation_message(exc)}") from None
         except PydanticSerializationError as exc:
@@ -314,7 +320,10 @@ def build_definition(cls: type, base: type) -> ActorDefinition:
             if name not in klass.__dict__ and name not in defaults:
                 raise _fail(cls, f"state field {name!r} needs a default value")
             if name in klass.__dict__:
-                defaults[name] = klass.__dict__[name]
+                value = klass.__dict__[name]
+                if inspect.isfunction(value):
+                    raise _fail(cls, f"{name!r} is both a state field and an operation")
+                defaults[name] = value
             fields[name] = annotation
         for name, member in klass.__dict__.items():
             if name.startswith("_") or name in getattr(klass, "__annotations__", {}):

@@ -14,6 +14,7 @@ class Registry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_type: dict[str, ActorDefinition] = {}
+        self._types: tuple[str, ...] = ()
 
     def register(self, cls: type[Any]) -> ActorDefinition:
         if not (isinstance(cls, type) and issubclass(cls, Actor)) or cls is Actor:
@@ -26,7 +27,9 @@ class Registry:
                     f"actor_type {definition.actor_type!r} is already registered by "
                     f"{known.cls.__module__}.{known.cls.__qualname__}"
                 )
-            self._by_type[definition.actor_type] = definition
+            if known is None:
+                self._by_type[definition.actor_type] = definition
+                self._types = tuple(sorted(self._by_type))
         return definition
 
     def get(self, actor_type: str) -> ActorDefinition:
@@ -38,5 +41,5 @@ class Registry:
             )
         return definition
 
-    def types(self) -> list[str]:
-        return sorted(self._by_type)
+    def types(self) -> tuple[str, ...]:
+        return self._types

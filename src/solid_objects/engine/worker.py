@@ -355,7 +355,7 @@ class WorkerPool:
         with self._cond:
             held = len(self._activations)
         with self.store.read() as tx:
-            ready = self.store.find_ready(tx, self.owner, limit=capacity + held)
+            ready = self.store.find_ready(tx, self.owner, capacity + held, self.registry.types())
         claimable = []
         for r in ready:
             if r.lease_owner == self.owner and self.signal(r.pk):

@@ -370,14 +370,25 @@ class Store:
 
     # --- claim ------------------------------------------------------------------------
 
-    def find_ready(self, tx: Tx, owner: str, limit: int) -> list[ReadyActor]:
-        """Actors with due work that are free to claim, or already leased by ``owner``."""
+    def find_ready(
+        self, tx: Tx, owner: str, limit: int, types: Sequence[str]
+    ) -> list[ReadyActor]:
+        """Actors of ``types`` with due work, free to claim or already leased by ``owner``.
+
+        A worker only claims the types it can run, so a process that does not know a
+        type (a rolling deploy) leaves its messages to one that does.
+        """
+        if not types:
+            return []
+        names = ", ".join(f":t{i}" for i in range(len(types)))
+        params: dict[str, Any] = {f"t{i}": t for i, t in enumerate(types)}
+        params.update(owner=owner, limit=limit)
         rows = tx.rows(
             "SELECT pk, lease_owner, lease_generation FROM {actors} "
             "WHERE ready_at <= {now} AND paused = 0 AND (lease_owner IS NULL "
             "OR lease_expires_at <= {now} OR lease_owner = :owner) "
-            "ORDER BY ready_at LIMIT :limit",
-            {"owner": owner, "limit": limit},
+            f"AND actor_type IN ({names}) ORDER BY ready_at LIMIT :limit",
+            params,
         )
         return [ReadyActor(int(r[0]), r[1], int(r[2])) for r in rows]
 
