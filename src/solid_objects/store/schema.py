@@ -77,6 +77,8 @@ def build_metadata(prefix: str) -> MetaData:
         UniqueConstraint("actor_type", "actor_id", name=f"{prefix}actors_identity"),
         Index(f"{prefix}actors_ready", "ready_at"),
         Index(f"{prefix}actors_owner", "lease_owner"),
+        # pk is the incarnation id: it must never be reused after a destroy.
+        sqlite_autoincrement=True,
     )
     Table(
         f"{prefix}messages",
