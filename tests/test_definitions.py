@@ -69,7 +69,10 @@ def test_actor_type_can_be_set_explicitly() -> None:
         ("def op(self, _private: int) -> None: pass", "'_'"),
         ("def __init__(self) -> None: pass", "__init__"),
         ("items = []", "mutable value"),
-        ("value: int = 0\n    def value(self) -> int: return 1", "both a state field and an operation"),
+        (
+            "value: int = 0\n    def value(self) -> int: return 1",
+            "both a state field and an operation",
+        ),
         ("state_version = 0", "state_version"),
         ("actor_type = 'has space'", "actor_type"),
         ("thing: object = object()", "JSON"),

@@ -217,8 +217,9 @@ def test_a_message_that_keeps_killing_its_worker_becomes_a_dead_letter(
         )
         assert claimed is not None
         rt.store.transact(
-            lambda tx: tx.run("UPDATE solid_actors SET lease_expires_at = 0 WHERE pk = :pk",
-                              {"pk": pk})
+            lambda tx: tx.run(
+                "UPDATE solid_actors SET lease_expires_at = 0 WHERE pk = :pk", {"pk": pk}
+            )
         )
     rt.testing.drain()
     with pytest.raises(MessageFailed) as info:

@@ -157,9 +157,7 @@ def test_bad_options_are_refused(db_url: str, options: dict[str, Any]) -> None:
         Runtime(db_url, **options)
 
 
-@pytest.mark.parametrize(
-    "url", ["not a url", "sqlite://", "sqlite:///:memory:", "nosuchdb://x/y"]
-)
+@pytest.mark.parametrize("url", ["not a url", "sqlite://", "sqlite:///:memory:", "nosuchdb://x/y"])
 def test_bad_database_urls_are_refused(url: str) -> None:
     with pytest.raises(ConfigurationError):
         Runtime(url)

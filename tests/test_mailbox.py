@@ -105,8 +105,7 @@ def test_a_stale_lease_cannot_commit_over_a_newer_holder(
     assert stale is not None and stale.head is not None
     # worker-a stalls past its lease; worker-b takes over and commits
     store.transact(
-        lambda tx: tx.run("UPDATE solid_actors SET lease_expires_at = 0 WHERE pk = :pk",
-                          {"pk": pk})
+        lambda tx: tx.run("UPDATE solid_actors SET lease_expires_at = 0 WHERE pk = :pk", {"pk": pk})
     )
     fresh = store.transact(
         lambda tx: store.claim(tx, pk, stale.lease.generation, "worker-b", 60_000)
@@ -114,31 +113,63 @@ def test_a_stale_lease_cannot_commit_over_a_newer_holder(
     assert fresh is not None and fresh.lease.generation == stale.lease.generation + 1
     head = fresh.head
     assert head is not None
-    store.transact(lambda tx: store.finish_turn(
-        tx, fresh.lease, head, status="completed", state='{"entries":["by-b"]}',
-        state_version=1, result="1", error=None, attempt=1, lease_ms=60_000))
+    store.transact(
+        lambda tx: store.finish_turn(
+            tx,
+            fresh.lease,
+            head,
+            status="completed",
+            state='{"entries":["by-b"]}',
+            state_version=1,
+            result="1",
+            error=None,
+            attempt=1,
+            lease_ms=60_000,
+        )
+    )
     # worker-a wakes up and tries to commit its (stale) turn
     stale_head = stale.head
     with pytest.raises(LeaseLost):
-        store.transact(lambda tx: store.finish_turn(
-            tx, stale.lease, stale_head, status="completed", state='{"entries":["by-a"]}',
-            state_version=1, result="1", error=None, attempt=1, lease_ms=60_000))
+        store.transact(
+            lambda tx: store.finish_turn(
+                tx,
+                stale.lease,
+                stale_head,
+                status="completed",
+                state='{"entries":["by-a"]}',
+                state_version=1,
+                result="1",
+                error=None,
+                attempt=1,
+                lease_ms=60_000,
+            )
+        )
     assert rt.ref(Journal, "f").snapshot() == {"entries": ["by-b"]}
     assert message.result() == 1
     # the same holds for a lease that merely expired, with nobody else taking over
     forged = Lease(pk, "worker-b", fresh.lease.token, fresh.lease.generation)
     store.transact(
-        lambda tx: tx.run("UPDATE solid_actors SET lease_expires_at = 0 WHERE pk = :pk",
-                          {"pk": pk})
+        lambda tx: tx.run("UPDATE solid_actors SET lease_expires_at = 0 WHERE pk = :pk", {"pk": pk})
     )
     late = rt.ref(Journal, "f").write.send(text="late")
     with store.read() as tx:
         late_row = store.message(tx, late.id)
     assert late_row is not None
     with pytest.raises(LeaseLost):
-        store.transact(lambda tx: store.finish_turn(
-            tx, forged, late_row, status="completed", state='{"entries":[]}',
-            state_version=1, result="0", error=None, attempt=1, lease_ms=60_000))
+        store.transact(
+            lambda tx: store.finish_turn(
+                tx,
+                forged,
+                late_row,
+                status="completed",
+                state='{"entries":[]}',
+                state_version=1,
+                result="0",
+                error=None,
+                attempt=1,
+                lease_ms=60_000,
+            )
+        )
     assert count_rows(rt, "messages", "status = 'completed'") == 1
 
 

@@ -1,18 +1,18 @@
 """Solid Objects: durable virtual actors in the SQL database you already run.
 
-    from solid_objects import Actor, Runtime, query
+from solid_objects import Actor, Runtime, query
 
-    class Counter(Actor):
-        value: int = 0
+class Counter(Actor):
+    value: int = 0
 
-        def add(self, n: int = 1) -> int:
-            self.value += n
-            return self.value
+    def add(self, n: int = 1) -> int:
+        self.value += n
+        return self.value
 
-    runtime = Runtime("sqlite:///app.db")
-    runtime.install()
-    with runtime:
-        runtime.ref(Counter, "a").add(n=2)
+runtime = Runtime("sqlite:///app.db")
+runtime.install()
+with runtime:
+    runtime.ref(Counter, "a").add(n=2)
 """
 
 from .actor import Actor, query

@@ -24,8 +24,9 @@ def load_runtime(target: str) -> Runtime:
     """Import ``module:attribute`` and return the Runtime it names."""
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
-        raise click.UsageError(f"expected MODULE:ATTRIBUTE (e.g. myapp.actors:runtime), got "
-                               f"{target!r}")
+        raise click.UsageError(
+            f"expected MODULE:ATTRIBUTE (e.g. myapp.actors:runtime), got {target!r}"
+        )
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -43,15 +44,17 @@ def load_runtime(target: str) -> Runtime:
     if isinstance(value, AsyncRuntime):
         value = value.sync
     if not isinstance(value, Runtime):
-        raise click.UsageError(
-            f"{target} is a {type(value).__name__}, not a solid_objects.Runtime"
-        )
+        raise click.UsageError(f"{target} is a {type(value).__name__}, not a solid_objects.Runtime")
     return value
 
 
 @click.group()
-@click.option("--log-level", default="WARNING", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option(
+    "--log-level",
+    default="WARNING",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
 def main(log_level: str) -> None:
     """Durable virtual actors in the SQL database you already run."""
     logging.basicConfig(
@@ -91,8 +94,11 @@ def worker(target: str, workers: int | None, install: bool) -> None:
     try:
         if install:
             runtime.install()
-        click.echo(f"solid-objects worker {runtime.owner}: {runtime.options.workers} threads, "
-                   f"types {runtime.registry.types()}", err=True)
+        click.echo(
+            f"solid-objects worker {runtime.owner}: {runtime.options.workers} threads, "
+            f"types {runtime.registry.types()}",
+            err=True,
+        )
         runtime.run()
     except SolidObjectsError as exc:
         click.echo(f"error: {exc}", err=True)

@@ -15,11 +15,11 @@ import re
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, get_origin
+from typing import Any, ClassVar, NotRequired, Required, get_origin
 
 from pydantic import ConfigDict, PydanticSchemaGenerationError, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
-from typing_extensions import NotRequired, Required, TypedDict
+from typing_extensions import TypedDict
 
 from .codec import encode_json, reject_non_finite
 from .errors import (
@@ -65,8 +65,8 @@ def _fail(cls: type, message: str) -> InvalidActorDefinition:
 
 
 def _typed_dict(name: str, fields: dict[str, Any]) -> Any:
-    td: Any = TypedDict(name, fields)  # type: ignore[operator]
-    td.__pydantic_config__ = ConfigDict(extra="forbid")
+    td: Any = TypedDict(name, fields)  # type: ignore[misc]
+    setattr(td, "__pydantic_config__", ConfigDict(extra="forbid"))  # noqa: B010
     return td
 
 
@@ -133,7 +133,9 @@ class Operation:
                 f"{_validation_message(exc)}"
             ) from None
         except PydanticSerializationError as exc:
-            raise InvalidArguments(f"{self.name}() returned a value that is not JSON: {exc}")
+            raise InvalidArguments(
+                f"{self.name}() returned a value that is not JSON: {exc}"
+            ) from None
         return encode_json(plain, what=f"result of {self.name}()", limit=limit)
 
     def decode_result(self, text: str | None) -> Any:
@@ -177,8 +179,7 @@ class ActorDefinition:
             step = self.migrations.get(current)
             if step is None:
                 raise StateMigrationError(
-                    f"{self.actor_type}: no migration from state_version {current} "
-                    f"to {current + 1}"
+                    f"{self.actor_type}: no migration from state_version {current} to {current + 1}"
                 )
             try:
                 raw = step(raw)
@@ -225,7 +226,7 @@ class ActorDefinition:
 
     def instantiate(self, actor_id: str, state: dict[str, Any]) -> Any:
         """A fresh instance holding ``state``; ``__init__`` is never called."""
-        instance = self.cls.__new__(self.cls)
+        instance = object.__new__(self.cls)
         instance.actor_id = actor_id
         for name, value in state.items():
             setattr(instance, name, value)

@@ -63,12 +63,24 @@ class Options:
             if value < 0 or (value == 0 and not zero):
                 raise ConfigurationError(f"{name} must be {'>= 0' if zero else '> 0'}, not {value}")
 
-        for name in ("lease_duration", "call_timeout", "poll_interval", "retry_base_delay",
-                     "retry_max_delay", "idle_timeout", "busy_timeout"):
+        for name in (
+            "lease_duration",
+            "call_timeout",
+            "poll_interval",
+            "retry_base_delay",
+            "retry_max_delay",
+            "idle_timeout",
+            "busy_timeout",
+        ):
             positive(name)
         positive("workers", integer=True, zero=True)
-        for name in ("max_attempts", "max_turns_per_activation", "max_payload_bytes",
-                     "max_result_bytes", "max_state_bytes"):
+        for name in (
+            "max_attempts",
+            "max_turns_per_activation",
+            "max_payload_bytes",
+            "max_result_bytes",
+            "max_state_bytes",
+        ):
             positive(name, integer=True)
         if self.lease_duration < 0.05:
             raise ConfigurationError("lease_duration must be at least 0.05 seconds")

@@ -76,12 +76,16 @@ def run(say: Callable[[str], None] = print, *, calls: int = 200, threads: int = 
             with ThreadPoolExecutor(threads) as pool:
                 results = list(pool.map(lambda _: counter.add(n=1), range(calls)))
             elapsed = time.perf_counter() - started
-            say(f"{calls} concurrent calls from {threads} threads to one identity "
-                f"in {elapsed:.2f}s ({calls / elapsed:.0f} calls/s)")
-            _check(sorted(results) == list(range(1, calls + 1)),
-                   f"every return value 1..{calls} came back exactly once", say)
-            _check(counter.current() == calls,
-                   f"the committed state is exactly {calls}", say)
+            say(
+                f"{calls} concurrent calls from {threads} threads to one identity "
+                f"in {elapsed:.2f}s ({calls / elapsed:.0f} calls/s)"
+            )
+            _check(
+                sorted(results) == list(range(1, calls + 1)),
+                f"every return value 1..{calls} came back exactly once",
+                say,
+            )
+            _check(counter.current() == calls, f"the committed state is exactly {calls}", say)
             _check(counter.snapshot() == {"value": calls}, "snapshot() agrees", say)
 
             ids = [f"overlap-{i}" for i in range(4)]
@@ -93,16 +97,22 @@ def run(say: Callable[[str], None] = print, *, calls: int = 200, threads: int = 
             _check(overlapped, "turns of different identities overlapped in time", say)
 
             message = counter.add.send(n=5)
-            _check(message.wait(timeout=10) == calls + 5,
-                   f"a sent message ({message.id}) was enqueued durably and ran", say)
+            _check(
+                message.wait(timeout=10) == calls + 5,
+                f"a sent message ({message.id}) was enqueued durably and ran",
+                say,
+            )
 
             try:
                 counter.add(n=-1)
                 rejected = False
             except Rejected as exc:
                 rejected = exc.code == "negative"
-            _check(rejected and counter.current() == calls + 5,
-                   "a rejected call raised Rejected and changed nothing", say)
+            _check(
+                rejected and counter.current() == calls + 5,
+                "a rejected call raised Rejected and changed nothing",
+                say,
+            )
         say("All checks passed.")
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -96,8 +96,9 @@ def operation_of(definition: ActorDefinition, method: Callable[..., Any]) -> Ope
 class MessageReference(Generic[R_co]):
     """A durable message: poll it, read its outcome, or wait for it."""
 
-    def __init__(self, runtime: Runtime, id: str, operation: Operation, actor_type: str,
-                 actor_id: str) -> None:
+    def __init__(
+        self, runtime: Runtime, id: str, operation: Operation, actor_type: str, actor_id: str
+    ) -> None:
         self._runtime = runtime
         self._operation = operation
         self.id = id
@@ -153,8 +154,13 @@ class OperationHandle:
 class Ref(Generic[A]):
     """A reference to one actor identity: ``runtime.ref(Counter, "a")``."""
 
-    def __init__(self, runtime: Runtime, definition: ActorDefinition, actor_id: str,
-                 options: CallOptions | None = None) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        definition: ActorDefinition,
+        actor_id: str,
+        options: CallOptions | None = None,
+    ) -> None:
         self._runtime = runtime
         self._definition = definition
         self._options = options or CallOptions()
@@ -180,13 +186,20 @@ class Ref(Generic[A]):
         timeout: float | timedelta | None = None,
         delay: float | timedelta | None = None,
     ) -> Ref[A]:
-        return Ref(self._runtime, self._definition, self.actor_id,
-                   self._options.merge(idempotency_key, timeout, delay))
+        return Ref(
+            self._runtime,
+            self._definition,
+            self.actor_id,
+            self._options.merge(idempotency_key, timeout, delay),
+        )
 
     @overload
     def call(
-        self, method: Callable[Concatenate[A, P], Coroutine[Any, Any, R]], /,
-        *args: P.args, **kwargs: P.kwargs,
+        self,
+        method: Callable[Concatenate[A, P], Coroutine[Any, Any, R]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
     ) -> R: ...
     @overload
     def call(
@@ -198,8 +211,11 @@ class Ref(Generic[A]):
 
     @overload
     def send(
-        self, method: Callable[Concatenate[A, P], Coroutine[Any, Any, R]], /,
-        *args: P.args, **kwargs: P.kwargs,
+        self,
+        method: Callable[Concatenate[A, P], Coroutine[Any, Any, R]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
     ) -> MessageReference[R]: ...
     @overload
     def send(
@@ -217,21 +233,32 @@ class Ref(Generic[A]):
         """Delete this incarnation; pending messages fail with ActorDestroyed."""
         return self._runtime._engine.destroy(self._definition, self.actor_id)
 
-    def _invoke(self, operation: Operation, args: tuple[Any, ...], kwargs: dict[str, Any],
-                options: CallOptions) -> Any:
+    def _invoke(
+        self,
+        operation: Operation,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: CallOptions,
+    ) -> Any:
         engine = self._runtime._engine
         if operation.is_query:
             return engine.query(self._definition, self.actor_id, operation, args, kwargs)
         engine.require_workers()
-        message_id = engine.send(self._definition, self.actor_id, operation, args, kwargs,
-                                 options, register_waiter=True)
+        message_id = engine.send(
+            self._definition, self.actor_id, operation, args, kwargs, options, register_waiter=True
+        )
         message: MessageReference[Any] = MessageReference(
             self._runtime, message_id, operation, self.actor_type, self.actor_id
         )
         return engine.wait(message, options.timeout)
 
-    def _send(self, operation: Operation, args: tuple[Any, ...], kwargs: dict[str, Any],
-              options: CallOptions) -> MessageReference[Any]:
+    def _send(
+        self,
+        operation: Operation,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: CallOptions,
+    ) -> MessageReference[Any]:
         if operation.is_query:
             raise UnknownOperation(
                 f"{operation.name} is a query: call it directly, it does not enter the mailbox"
@@ -239,8 +266,9 @@ class Ref(Generic[A]):
         message_id = self._runtime._engine.send(
             self._definition, self.actor_id, operation, args, kwargs, options
         )
-        return MessageReference(self._runtime, message_id, operation, self.actor_type,
-                                self.actor_id)
+        return MessageReference(
+            self._runtime, message_id, operation, self.actor_type, self.actor_id
+        )
 
     def __repr__(self) -> str:
         return f"<Ref {self.actor_type}({self.actor_id!r})>"
@@ -252,8 +280,9 @@ class Ref(Generic[A]):
 class AsyncMessageReference(Generic[R_co]):
     """The asyncio twin of :class:`MessageReference`."""
 
-    def __init__(self, runtime: AsyncRuntime, id: str, operation: Operation, actor_type: str,
-                 actor_id: str) -> None:
+    def __init__(
+        self, runtime: AsyncRuntime, id: str, operation: Operation, actor_type: str, actor_id: str
+    ) -> None:
         self._runtime = runtime
         self._operation = operation
         self.id = id
@@ -265,8 +294,9 @@ class AsyncMessageReference(Generic[R_co]):
         return self._operation.name
 
     def _sync(self) -> MessageReference[R_co]:
-        return MessageReference(self._runtime.sync, self.id, self._operation, self.actor_type,
-                                self.actor_id)
+        return MessageReference(
+            self._runtime.sync, self.id, self._operation, self.actor_type, self.actor_id
+        )
 
     async def status(self) -> str:
         return await self._runtime._run(self._sync().status)
@@ -278,8 +308,10 @@ class AsyncMessageReference(Generic[R_co]):
         return await self._runtime._wait(self._sync(), timeout)  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
-        return (f"<AsyncMessageReference {self.id} "
-                f"{self.actor_type}({self.actor_id!r}).{self.operation}>")
+        return (
+            f"<AsyncMessageReference {self.id} "
+            f"{self.actor_type}({self.actor_id!r}).{self.operation}>"
+        )
 
 
 class AsyncOperationHandle:
@@ -309,8 +341,13 @@ class AsyncOperationHandle:
 class AsyncRef(Generic[A]):
     """The asyncio twin of :class:`Ref`: ``await ref.add(n=1)``."""
 
-    def __init__(self, runtime: AsyncRuntime, definition: ActorDefinition, actor_id: str,
-                 options: CallOptions | None = None) -> None:
+    def __init__(
+        self,
+        runtime: AsyncRuntime,
+        definition: ActorDefinition,
+        actor_id: str,
+        options: CallOptions | None = None,
+    ) -> None:
         self._runtime = runtime
         self._definition = definition
         self._options = options or CallOptions()
@@ -327,8 +364,7 @@ class AsyncRef(Generic[A]):
     def __getattr__(self, name: str) -> AsyncOperationHandle:
         if name.startswith("__"):
             raise AttributeError(name)
-        return AsyncOperationHandle(self, resolve_operation(self._definition, name),
-                                    self._options)
+        return AsyncOperationHandle(self, resolve_operation(self._definition, name), self._options)
 
     def with_options(
         self,
@@ -337,34 +373,44 @@ class AsyncRef(Generic[A]):
         timeout: float | timedelta | None = None,
         delay: float | timedelta | None = None,
     ) -> AsyncRef[A]:
-        return AsyncRef(self._runtime, self._definition, self.actor_id,
-                        self._options.merge(idempotency_key, timeout, delay))
+        return AsyncRef(
+            self._runtime,
+            self._definition,
+            self.actor_id,
+            self._options.merge(idempotency_key, timeout, delay),
+        )
 
     @overload
     async def call(
-        self, method: Callable[Concatenate[A, P], Coroutine[Any, Any, R]], /,
-        *args: P.args, **kwargs: P.kwargs,
+        self,
+        method: Callable[Concatenate[A, P], Coroutine[Any, Any, R]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
     ) -> R: ...
     @overload
     async def call(
         self, method: Callable[Concatenate[A, P], R], /, *args: P.args, **kwargs: P.kwargs
     ) -> R: ...
     async def call(self, method: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        return await self._invoke(operation_of(self._definition, method), args, kwargs,
-                                  self._options)
+        return await self._invoke(
+            operation_of(self._definition, method), args, kwargs, self._options
+        )
 
     @overload
     async def send(
-        self, method: Callable[Concatenate[A, P], Coroutine[Any, Any, R]], /,
-        *args: P.args, **kwargs: P.kwargs,
+        self,
+        method: Callable[Concatenate[A, P], Coroutine[Any, Any, R]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
     ) -> AsyncMessageReference[R]: ...
     @overload
     async def send(
         self, method: Callable[Concatenate[A, P], R], /, *args: P.args, **kwargs: P.kwargs
     ) -> AsyncMessageReference[R]: ...
     async def send(self, method: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        return await self._send(operation_of(self._definition, method), args, kwargs,
-                                self._options)
+        return await self._send(operation_of(self._definition, method), args, kwargs, self._options)
 
     async def snapshot(self) -> dict[str, Any]:
         return await self._runtime._run(
@@ -376,8 +422,13 @@ class AsyncRef(Generic[A]):
             self._runtime.sync._engine.destroy, self._definition, self.actor_id
         )
 
-    async def _invoke(self, operation: Operation, args: tuple[Any, ...],
-                      kwargs: dict[str, Any], options: CallOptions) -> Any:
+    async def _invoke(
+        self,
+        operation: Operation,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: CallOptions,
+    ) -> Any:
         engine = self._runtime.sync._engine
         if operation.is_query:
             return await self._runtime._run(
@@ -385,7 +436,13 @@ class AsyncRef(Generic[A]):
             )
         engine.require_workers()
         message_id = await self._runtime._run(
-            engine.send, self._definition, self.actor_id, operation, args, kwargs, options,
+            engine.send,
+            self._definition,
+            self.actor_id,
+            operation,
+            args,
+            kwargs,
+            options,
             register_waiter=True,
         )
         message: MessageReference[Any] = MessageReference(
@@ -393,8 +450,13 @@ class AsyncRef(Generic[A]):
         )
         return await self._runtime._wait(message, options.timeout)
 
-    async def _send(self, operation: Operation, args: tuple[Any, ...], kwargs: dict[str, Any],
-                    options: CallOptions) -> AsyncMessageReference[Any]:
+    async def _send(
+        self,
+        operation: Operation,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: CallOptions,
+    ) -> AsyncMessageReference[Any]:
         if operation.is_query:
             raise UnknownOperation(
                 f"{operation.name} is a query: call it directly, it does not enter the mailbox"
@@ -403,8 +465,9 @@ class AsyncRef(Generic[A]):
         message_id = await self._runtime._run(
             engine.send, self._definition, self.actor_id, operation, args, kwargs, options
         )
-        return AsyncMessageReference(self._runtime, message_id, operation, self.actor_type,
-                                     self.actor_id)
+        return AsyncMessageReference(
+            self._runtime, message_id, operation, self.actor_type, self.actor_id
+        )
 
     def __repr__(self) -> str:
         return f"<AsyncRef {self.actor_type}({self.actor_id!r})>"

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import Engine, create_engine
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from .actor import Actor
@@ -35,9 +35,6 @@ from .store import Store
 from .store.store import new_owner
 from .testing import AsyncTesting, Testing
 
-if TYPE_CHECKING:
-    pass
-
 log = logging.getLogger("solid_objects.runtime")
 
 A = TypeVar("A", bound=Actor)
@@ -45,7 +42,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-def _create_engine(database: str | Engine, options: Options) -> Engine:
+def _create_engine(database: str | URL | Engine, options: Options) -> Engine:
     try:
         url = database.url if isinstance(database, Engine) else make_url(database)
     except ArgumentError as exc:
@@ -83,7 +80,7 @@ class Runtime:
     :class:`~solid_objects.options.Options` for every option.
     """
 
-    def __init__(self, database: str | Engine, **options: Any) -> None:
+    def __init__(self, database: str | URL | Engine, **options: Any) -> None:
         self.options = Options.from_kwargs(options)
         self.engine = _create_engine(database, self.options)
         self.store = Store(
@@ -97,8 +94,7 @@ class Runtime:
         self.registry = Registry()
         self.owner = new_owner()
         self._waiters = Waiters()
-        self._pool = WorkerPool(self.store, self.registry, self.options, self._waiters,
-                                self.owner)
+        self._pool = WorkerPool(self.store, self.registry, self.options, self._waiters, self.owner)
         self._engine = Client(self.store, self._pool, self._waiters, self.options)
         self._closed = False
         self._stop_requested = threading.Event()
@@ -152,7 +148,7 @@ class Runtime:
     def run(self) -> None:
         """Run workers until SIGTERM/SIGINT (or :meth:`request_stop`), then drain and exit."""
         self._stop_requested.clear()
-        previous: dict[int, Any] = {}
+        previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, lambda *_: self._stop_requested.set())
@@ -163,8 +159,8 @@ class Runtime:
             log.info("stopping: finishing in-flight turns", extra={"solid_action": "stopping"})
         finally:
             self.stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to return after draining."""
@@ -199,8 +195,9 @@ class AsyncRuntime:
     event loop never blocks and FastAPI's own thread pool is left alone.
     """
 
-    def __init__(self, database: str | Engine, *, executor_threads: int = 16,
-                 **options: Any) -> None:
+    def __init__(
+        self, database: str | URL | Engine, *, executor_threads: int = 16, **options: Any
+    ) -> None:
         self.sync = Runtime(database, **options)
         self._executor = ThreadPoolExecutor(executor_threads, thread_name_prefix="solid-async")
         self.testing = AsyncTesting(self)

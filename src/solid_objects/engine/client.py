@@ -213,8 +213,10 @@ class Client:
         if actor is None:
             return f"{head}: {who} was destroyed"
         if row.status == "scheduled":
-            return f"{head}: it is delayed and enters the mailbox in " \
-                   f"{(row.available_at - actor.now) / 1000:.1f}s"
+            return (
+                f"{head}: it is delayed and enters the mailbox in "
+                f"{(row.available_at - actor.now) / 1000:.1f}s"
+            )
         ahead = (row.seq or 0) - actor.done_seq - 1
         parts = [f"{ahead} message(s) ahead of it in {who}'s mailbox"]
         if actor.paused:
@@ -226,14 +228,18 @@ class Client:
             )
         if actor.lease_owner is None:
             if self.options.workers == 0 or not self.pool.running:
-                parts.append("no worker holds the actor and this process runs none: is a "
-                             "`solid-objects worker` process running?")
+                parts.append(
+                    "no worker holds the actor and this process runs none: is a "
+                    "`solid-objects worker` process running?"
+                )
             else:
                 parts.append("no worker has claimed the actor yet (workers are busy)")
         elif actor.lease_expires_at is not None and actor.lease_expires_at <= actor.now:
-            parts.append(f"the lease of worker {actor.lease_owner} expired "
-                         f"{(actor.now - actor.lease_expires_at) / 1000:.1f}s ago; "
-                         "waiting for a worker to take over")
+            parts.append(
+                f"the lease of worker {actor.lease_owner} expired "
+                f"{(actor.now - actor.lease_expires_at) / 1000:.1f}s ago; "
+                "waiting for a worker to take over"
+            )
         else:
             mine = " (this process)" if actor.lease_owner == self.pool.owner else ""
             parts.append(f"worker {actor.lease_owner}{mine} is running it")

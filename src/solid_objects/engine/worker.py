@@ -95,8 +95,12 @@ class WorkerPool:
         poller = threading.Thread(target=self._poll_loop, name="solid-poller", daemon=True)
         poller.start()
         self._threads.append(poller)
-        log.info("started %d workers as %s", self.options.workers, self.owner,
-                 extra={"solid_action": "workers_started"})
+        log.info(
+            "started %d workers as %s",
+            self.options.workers,
+            self.owner,
+            extra={"solid_action": "workers_started"},
+        )
 
     def stop(self, timeout: float = 30.0) -> None:
         """Finish in-flight turns, then release every lease so others take over at once."""
@@ -112,8 +116,12 @@ class WorkerPool:
             t.join(max(0.0, deadline - time.monotonic()))
         stuck = [t.name for t in self._threads if t.is_alive()]
         if stuck:
-            log.warning("threads still running a turn after %.1fs: %s; their commits will be "
-                        "refused once the lease is released", timeout, stuck)
+            log.warning(
+                "threads still running a turn after %.1fs: %s; their commits will be "
+                "refused once the lease is released",
+                timeout,
+                stuck,
+            )
         self._threads.clear()
         self.running = False
         self.release_all()
@@ -128,8 +136,9 @@ class WorkerPool:
         try:
             self.store.transact(lambda tx: self.store.release_all(tx, self.owner))
         except DB_ERRORS:
-            log.exception("could not release leases; they expire in %.1fs",
-                          self.options.lease_duration)
+            log.exception(
+                "could not release leases; they expire in %.1fs", self.options.lease_duration
+            )
 
     # --- activation table -------------------------------------------------------------
 
@@ -301,35 +310,45 @@ class WorkerPool:
         if act.instance is None:
             error = self._setup(act)
             if error is not None:
-                log.warning("setup of %s %r failed: %r", act.actor_type, act.actor_id, error,
-                            extra={"solid_action": "setup_failed"})
+                log.warning(
+                    "setup of %s %r failed: %r",
+                    act.actor_type,
+                    act.actor_id,
+                    error,
+                    extra={"solid_action": "setup_failed"},
+                )
                 return failure(error, deterministic=False)
         assert act.definition is not None
         return execute(act.definition, act.instance, act.state_json, message, self.limits)
 
     def _commit(
         self, act: Activation, message: MessageRow, outcome: TurnOutcome
-    ) -> MessageRow | None | Literal[False]:
+    ) -> MessageRow | Literal[False] | None:
         """The fenced commit; False when the lease was lost (nothing was written)."""
         if outcome.kind == "retry" and act.head_attempt >= self.options.max_attempts:
             outcome.kind = "dead"
+
         def body(tx: Tx) -> MessageRow | None:
             if outcome.kind == "retry":
                 delay = self.options.retry_delay(act.head_attempt)
                 self.store.retry_later(
-                    tx, act.lease, message, error=outcome.error or "{}",
-                    attempt=act.head_attempt, delay_ms=int(delay * 1000),
+                    tx,
+                    act.lease,
+                    message,
+                    error=outcome.error or "{}",
+                    attempt=act.head_attempt,
+                    delay_ms=int(delay * 1000),
                 )
                 return None
             return self.store.finish_turn(
                 tx,
-                    act.lease,
-                    message,
-                    status=outcome.kind,
-                    state=outcome.state if outcome.kind == "completed" else None,
-                    state_version=act.definition.state_version if act.definition else 1,
-                    result=outcome.result,
-                    error=outcome.error,
+                act.lease,
+                message,
+                status=outcome.kind,
+                state=outcome.state if outcome.kind == "completed" else None,
+                state_version=act.definition.state_version if act.definition else 1,
+                result=outcome.result,
+                error=outcome.error,
                 attempt=act.head_attempt,
                 lease_ms=self.options.lease_ms,
             )
@@ -363,9 +382,14 @@ class WorkerPool:
             claimable.append(r)
         claimable = claimable[:capacity]
         if claimable:
+
             def claim_all(tx: Tx) -> list[Claimed]:
-                got = (self.store.claim(tx, r.pk, r.lease_generation, self.owner,
-                                        self.options.lease_ms) for r in claimable)
+                got = (
+                    self.store.claim(
+                        tx, r.pk, r.lease_generation, self.owner, self.options.lease_ms
+                    )
+                    for r in claimable
+                )
                 return [c for c in got if c is not None]
 
             claimed = self.store.transact(claim_all)
@@ -413,10 +437,12 @@ class WorkerPool:
         with self._cond:
             if not self._activations:
                 return 0
-            idle = [a for a in self._activations.values()
-                    if a.status == "idle" and a.last_used < cutoff]
+            idle = [
+                a for a in self._activations.values() if a.status == "idle" and a.last_used < cutoff
+            ]
             for a in idle:
                 del self._activations[a.pk]
+
         def body(tx: Tx) -> None:
             self.store.renew(tx, self.owner, self.options.lease_ms)
             for a in idle:
@@ -450,4 +476,3 @@ class WorkerPool:
         if not self.running:
             self.release_all()
         return total
-

@@ -215,8 +215,11 @@ class Store:
         head = {"postgresql": "INSERT INTO", "mysql": "INSERT IGNORE INTO"}.get(
             self.dialect.name, "INSERT OR IGNORE INTO"
         )
-        tail = " ON CONFLICT (actor_type, actor_id) DO NOTHING" if (
-            self.dialect.name == "postgresql") else ""
+        tail = (
+            " ON CONFLICT (actor_type, actor_id) DO NOTHING"
+            if (self.dialect.name == "postgresql")
+            else ""
+        )
         return (
             head + " {actors} (actor_type, actor_id, state, created_at, updated_at) "
             "VALUES (:t, :i, NULL, {now}, {now})" + tail
@@ -245,7 +248,7 @@ class Store:
         cold actor costs one write transaction here plus one commit.
         """
         row = self._lock_actor(tx, actor_type, actor_id)
-        pk, next_seq, done_seq, owner, expires, paused, ready_at, generation, now = row
+        pk, next_seq, _done_seq, owner, expires, paused, ready_at, generation, now = row
         pk, now = int(pk), int(now)
         if idempotency_key is not None:
             found = tx.row(
@@ -290,8 +293,9 @@ class Store:
                 and (ready_at is None or ready_at <= now)
             ):
                 lease = Lease(pk, claim_for, secrets.token_hex(8), int(generation) + 1)
-                params.update(owner=lease.owner, token=lease.token, gen=lease.generation,
-                              lease_ms=lease_ms)
+                params.update(
+                    owner=lease.owner, token=lease.token, gen=lease.generation, lease_ms=lease_ms
+                )
                 tx.run(
                     "UPDATE {actors} SET next_seq = :seq + 1, ready_at = :now, "
                     "lease_owner = :owner, lease_token = :token, lease_generation = :gen, "
@@ -356,23 +360,24 @@ class Store:
                 continue
             seq = tx.scalar("SELECT next_seq FROM {actors} WHERE pk = :pk{for_update}", {"pk": pk})
             if seq is None:
-                tx.run("UPDATE {messages} SET status = 'destroyed' WHERE id = :id",
-                       {"id": message_id})
+                tx.run(
+                    "UPDATE {messages} SET status = 'destroyed' WHERE id = :id", {"id": message_id}
+                )
                 continue
             tx.run(
                 "UPDATE {actors} SET next_seq = :seq + 1, "
                 "ready_at = COALESCE(ready_at, {now}) WHERE pk = :pk",
                 {"seq": seq, "pk": pk},
             )
-            tx.run("UPDATE {messages} SET seq = :seq WHERE id = :id", {"seq": seq, "id": message_id})
+            tx.run(
+                "UPDATE {messages} SET seq = :seq WHERE id = :id", {"seq": seq, "id": message_id}
+            )
             moved += 1
         return moved
 
     # --- claim ------------------------------------------------------------------------
 
-    def find_ready(
-        self, tx: Tx, owner: str, limit: int, types: Sequence[str]
-    ) -> list[ReadyActor]:
+    def find_ready(self, tx: Tx, owner: str, limit: int, types: Sequence[str]) -> list[ReadyActor]:
         """Actors of ``types`` with due work, free to claim or already leased by ``owner``.
 
         A worker only claims the types it can run, so a process that does not know a
@@ -401,8 +406,13 @@ class Store:
             "attempt = attempt + 1 "
             "WHERE pk = :pk AND lease_generation = :gen AND ready_at <= {now} "
             "AND paused = 0 AND (lease_owner IS NULL OR lease_expires_at <= {now})",
-            {"owner": owner, "token": lease.token, "gen": generation, "lease_ms": lease_ms,
-             "pk": pk},
+            {
+                "owner": owner,
+                "token": lease.token,
+                "gen": generation,
+                "lease_ms": lease_ms,
+                "pk": pk,
+            },
         )
         return None if changed != 1 else self.load_claimed(tx, lease)
 
@@ -444,8 +454,14 @@ class Store:
 
     @staticmethod
     def _fence_params(lease: Lease, seq: int, **extra: Any) -> dict[str, Any]:
-        return {"pk": lease.pk, "owner": lease.owner, "token": lease.token,
-                "gen": lease.generation, "seq": seq, **extra}
+        return {
+            "pk": lease.pk,
+            "owner": lease.owner,
+            "token": lease.token,
+            "gen": lease.generation,
+            "seq": seq,
+            **extra,
+        }
 
     def finish_turn(
         self,
@@ -478,8 +494,9 @@ class Store:
             "ready_at = CASE WHEN next_seq > :seq + 1 THEN {now} ELSE NULL END, "
             "lease_expires_at = {now} + :lease_ms, updated_at = {now} "
             "WHERE " + self._FENCE,
-            self._fence_params(lease, message.seq, state=state, sv=state_version,
-                               lease_ms=lease_ms),
+            self._fence_params(
+                lease, message.seq, state=state, sv=state_version, lease_ms=lease_ms
+            ),
         )
         if changed != 1:
             raise LeaseLost(
@@ -489,13 +506,24 @@ class Store:
         tx.run(
             "UPDATE {messages} SET status = :status, result = :result, error = :error, "
             "attempts = :attempt, completed_at = {now} WHERE id = :id",
-            {"status": status, "result": result, "error": error, "attempt": attempt,
-             "id": message.id},
+            {
+                "status": status,
+                "result": result,
+                "error": error,
+                "attempt": attempt,
+                "id": message.id,
+            },
         )
         return self.head_message(tx, lease.pk, message.seq + 1)
 
     def retry_later(
-        self, tx: Tx, lease: Lease, message: MessageRow, *, error: str, attempt: int,
+        self,
+        tx: Tx,
+        lease: Lease,
+        message: MessageRow,
+        *,
+        error: str,
+        attempt: int,
         delay_ms: int,
     ) -> None:
         """Record a retryable failure: release the lease and hold the mailbox until later.
@@ -534,11 +562,19 @@ class Store:
 
     def release(self, tx: Tx, lease: Lease) -> bool:
         """Give a lease back between turns; a no-op if it is no longer ours."""
-        return tx.run(
-            self._RELEASE + " AND pk = :pk AND lease_token = :token AND lease_generation = :gen",
-            {"pk": lease.pk, "owner": lease.owner, "token": lease.token,
-             "gen": lease.generation},
-        ) == 1
+        return (
+            tx.run(
+                self._RELEASE
+                + " AND pk = :pk AND lease_token = :token AND lease_generation = :gen",
+                {
+                    "pk": lease.pk,
+                    "owner": lease.owner,
+                    "token": lease.token,
+                    "gen": lease.generation,
+                },
+            )
+            == 1
+        )
 
     def release_all(self, tx: Tx, owner: str) -> int:
         """Give back every lease of ``owner`` (shutdown)."""
