@@ -102,7 +102,7 @@ class Client:
         if enqueued.claimed is not None:
             self.waiters.mark_local(message.id)
             self.pool.adopt(enqueued.claimed)
-        elif message.status == "queued" and self.pool.signal(message.actor_pk):
+        elif message.status == "queued" and self.pool.signal(message.actor_pk, message):
             self.waiters.mark_local(message.id)
         else:
             self.pool.wake()

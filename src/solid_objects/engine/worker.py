@@ -32,6 +32,8 @@ from .waiters import Outcome, Waiters
 log = logging.getLogger("solid_objects.worker")
 
 _MIN_POLL = 0.002
+#: Activations a worker thread runs side by side, committing a turn of each at once.
+_TURN_BATCH = 32
 DB_ERRORS = (SQLAlchemyError, DatabaseError)
 
 
@@ -51,6 +53,10 @@ class Activation:
     instance: Any = None
     status: Literal["idle", "queued", "running"] = "idle"
     signaled: bool = False
+    #: Messages enqueued by this process, by sequence number: no read needed to run them.
+    inbox: dict[int, MessageRow] = field(default_factory=dict)
+    #: Another process may have enqueued: read the mailbox before going idle.
+    check_mailbox: bool = True
     last_used: float = field(default_factory=time.monotonic)
 
     @property
@@ -163,12 +169,20 @@ class WorkerPool:
             self._queue.append(act)
             self._cond.notify()
 
-    def signal(self, pk: int) -> bool:
-        """New work for an actor this process may hold; False when it holds none."""
+    def signal(self, pk: int, message: MessageRow | None = None) -> bool:
+        """New work for an actor this process may hold; False when it holds none.
+
+        ``message``, when this process enqueued it, is kept so the worker need not
+        read it back.
+        """
         with self._cond:
             act = self._activations.get(pk)
             if act is None:
                 return False
+            if message is not None and message.seq is not None and message.seq > act.done_seq:
+                act.inbox[message.seq] = message
+            else:
+                act.check_mailbox = True
             if act.status == "idle":
                 act.status = "queued"
                 self._queue.append(act)
@@ -198,28 +212,31 @@ class WorkerPool:
             else:
                 act.status = "idle"
 
-    def _take(self, timeout: float | None) -> Activation | None:
+    def _take(self, limit: int, timeout: float | None) -> list[Activation]:
+        """Up to ``limit`` queued activations, waiting up to ``timeout`` for the first."""
         with self._cond:
             if not self._queue and timeout:
                 self._cond.wait(timeout)
-            if not self._queue:
-                return None
-            act = self._queue.popleft()
-            act.status = "running"
-            return act
+            taken: list[Activation] = []
+            while self._queue and len(taken) < limit:
+                act = self._queue.popleft()
+                act.status = "running"
+                taken.append(act)
+            return taken
 
     # --- running turns ----------------------------------------------------------------
 
     def _work(self) -> None:
         while not self._stopping.is_set():
-            act = self._take(timeout=1.0)
-            if act is None:
+            acts = self._take(_TURN_BATCH, timeout=1.0)
+            if not acts:
                 continue
             try:
-                self.run_activation(act)
+                self.run_activations(acts)
             except Exception:
-                log.exception("worker error on %s %r", act.actor_type, act.actor_id)
-                self._drop(act)
+                log.exception("worker error; dropping %d activations", len(acts))
+                for act in acts:
+                    self._drop(act)
 
     def _setup(self, act: Activation) -> BaseException | None:
         """Hydrate the instance; an error here is a setup failure with an attempt budget."""
@@ -233,6 +250,15 @@ class WorkerPool:
         return None
 
     def _load_head(self, act: Activation) -> bool:
+        with self._cond:
+            head = act.inbox.pop(act.done_seq + 1, None)
+            check, act.check_mailbox = act.check_mailbox, False
+        if head is not None:
+            act.head = head
+            act.head_attempt = max(act.head_attempt, 1)
+            return True
+        if not check:
+            return False  # the last commit read the mailbox; local sends arrive in the inbox
         with self.store.read() as tx:
             head = self.store.head_message(tx, act.pk, act.done_seq + 1)
         if head is None:
@@ -245,47 +271,76 @@ class WorkerPool:
         act.head_attempt = max(act.head_attempt, 1)
         return True
 
-    def run_activation(self, act: Activation) -> int:
-        """Run turns for ``act`` until its mailbox is empty or its fair share is used."""
-        turns = 0
-        while True:
-            if act.head is None and not self._load_head(act):
+    def run_activations(self, acts: list[Activation]) -> int:
+        """Run turns for several activations; one transaction commits a turn of each.
+
+        Each activation runs until its mailbox is empty or it used its fair share
+        (``max_turns_per_activation``), then goes idle or to the back of the queue.
+        """
+        turns = dict.fromkeys(acts, 0)
+        active = list(acts)
+        total = 0
+        while active:
+            pending: list[tuple[Activation, MessageRow, TurnOutcome]] = []
+            for act in active:
+                if act.head is None and not self._load_head(act):
+                    if turns[act] == 0:
+                        self._release_if_empty(act)
+                    else:
+                        self._finish(act, requeue=False)
+                    continue
+                assert act.head is not None
+                pending.append((act, act.head, self._run_turn(act, act.head)))
+            if not pending:
                 break
-            message = act.head
-            assert message is not None
-            outcome = self._run_turn(act, message)
-            next_head = self._commit(act, message, outcome)
-            if next_head is False:
-                self._drop(act)
-                return turns
-            turns += 1
-            if outcome.kind != "retry":
+            active = []
+            for (act, message, outcome), next_head in zip(
+                pending, self._commit(pending), strict=True
+            ):
+                if next_head is False:
+                    self._drop(act)
+                    continue
+                turns[act] += 1
+                total += 1
+                if outcome.kind == "retry":
+                    self._drop(act)  # the lease was released with the failure
+                    continue
                 self.waiters.resolve(
                     message.id, Outcome(outcome.kind, outcome.result, outcome.error)
                 )
-            if outcome.kind == "retry":
-                self._drop(act)  # the lease was released with the failure
-                return turns
-            if outcome.kind == "completed":
-                if outcome.state is not None:
-                    act.state_json = outcome.state
-                    act.state_version = act.definition.state_version if act.definition else 1
-            else:
-                act.instance = None  # rebuilt from committed state before the next turn
-            assert message.seq is not None
-            act.done_seq = message.seq
-            act.head = next_head
-            act.head_attempt = 1
-            if self._stopping.is_set() and self.running:
-                break
-            if turns >= self.options.max_turns_per_activation and act.head is not None:
-                self._finish(act, requeue=True)
-                return turns
-        if turns == 0:
-            self._release_if_empty(act)
-            return 0
-        self._finish(act, requeue=False)
-        return turns
+                self._advance(act, message, outcome, next_head)
+                if self._stopping.is_set() and self.running:
+                    self._finish(act, requeue=False)
+                elif turns[act] >= self.options.max_turns_per_activation:
+                    self._finish(act, requeue=act.head is not None)
+                else:
+                    active.append(act)
+        return total
+
+    def run_activation(self, act: Activation) -> int:
+        return self.run_activations([act])
+
+    def _advance(
+        self,
+        act: Activation,
+        message: MessageRow,
+        outcome: TurnOutcome,
+        next_head: MessageRow | None,
+    ) -> None:
+        """Move the activation past a committed message."""
+        if outcome.kind == "completed":
+            if outcome.state is not None:
+                act.state_json = outcome.state
+                act.state_version = act.definition.state_version if act.definition else 1
+        else:
+            act.instance = None  # rebuilt from committed state before the next turn
+        assert message.seq is not None
+        act.done_seq = message.seq
+        act.head = next_head
+        act.head_attempt = 1
+        with self._cond:
+            for seq in [s for s in act.inbox if s <= act.done_seq]:
+                del act.inbox[seq]
 
     def _release_if_empty(self, act: Activation) -> None:
         """A claimed actor with nothing to run: keep it cached, or give it back if fresh."""
@@ -322,45 +377,64 @@ class WorkerPool:
         return execute(act.definition, act.instance, act.state_json, message, self.limits)
 
     def _commit(
-        self, act: Activation, message: MessageRow, outcome: TurnOutcome
-    ) -> MessageRow | Literal[False] | None:
-        """The fenced commit; False when the lease was lost (nothing was written)."""
-        if outcome.kind == "retry" and act.head_attempt >= self.options.max_attempts:
-            outcome.kind = "dead"
+        self, pending: list[tuple[Activation, MessageRow, TurnOutcome]]
+    ) -> list[MessageRow | Literal[False] | None]:
+        """Fenced commits of several turns in one transaction.
 
-        def body(tx: Tx) -> MessageRow | None:
-            if outcome.kind == "retry":
-                delay = self.options.retry_delay(act.head_attempt)
-                self.store.retry_later(
-                    tx,
-                    act.lease,
-                    message,
-                    error=outcome.error or "{}",
-                    attempt=act.head_attempt,
-                    delay_ms=int(delay * 1000),
-                )
-                return None
-            return self.store.finish_turn(
-                tx,
-                act.lease,
-                message,
-                status=outcome.kind,
-                state=outcome.state if outcome.kind == "completed" else None,
-                state_version=act.definition.state_version if act.definition else 1,
-                result=outcome.result,
-                error=outcome.error,
-                attempt=act.head_attempt,
-                lease_ms=self.options.lease_ms,
-            )
+        Each turn is fenced by its own activation lease: a lost lease refuses that
+        turn alone (its fence UPDATE changes no row, so it wrote nothing) and shows
+        as False; the others commit.
+        """
+        for act, _, outcome in pending:
+            if outcome.kind == "retry" and act.head_attempt >= self.options.max_attempts:
+                outcome.kind = "dead"
+        read_next = [
+            message.seq is None or message.seq + 1 not in act.inbox for act, message, _ in pending
+        ]
+
+        def body(tx: Tx) -> list[MessageRow | Literal[False] | None]:
+            results: list[MessageRow | Literal[False] | None] = []
+            for (act, message, outcome), read in zip(pending, read_next, strict=True):
+                try:
+                    results.append(self._commit_turn(tx, act, message, outcome, read))
+                except LeaseLost as exc:
+                    log.warning("%s", exc, extra={"solid_action": "lease_lost"})
+                    results.append(False)
+            return results
 
         try:
             return self.store.transact(body)
-        except LeaseLost as exc:
-            log.warning("%s", exc, extra={"solid_action": "lease_lost"})
-            return False
         except DB_ERRORS:
-            log.exception("commit of message %s failed; it will run again", message.id)
-            return False
+            log.exception("commit of %d turns failed; they will run again", len(pending))
+            return [False] * len(pending)
+
+    def _commit_turn(
+        self, tx: Tx, act: Activation, message: MessageRow, outcome: TurnOutcome, read: bool
+    ) -> MessageRow | None:
+        if outcome.kind == "retry":
+            delay = self.options.retry_delay(act.head_attempt)
+            self.store.retry_later(
+                tx,
+                act.lease,
+                message,
+                error=outcome.error or "{}",
+                attempt=act.head_attempt,
+                delay_ms=int(delay * 1000),
+            )
+            return None
+        return self.store.finish_turn(
+            tx,
+            act.lease,
+            message,
+            status=outcome.kind,
+            state=outcome.state if outcome.kind == "completed" else None,
+            state_version=act.definition.state_version if act.definition else 1,
+            result=outcome.result,
+            error=outcome.error,
+            attempt=act.head_attempt,
+            lease_ms=self.options.lease_ms,
+            read_next=read,
+        )
 
     # --- finding work -----------------------------------------------------------------
 
@@ -460,10 +534,10 @@ class WorkerPool:
         while time.monotonic() < deadline:
             progressed = self.poll_once(capacity=10_000, now_ms=now_ms)
             while True:
-                act = self._take(timeout=None)
-                if act is None:
+                acts = self._take(_TURN_BATCH, timeout=None)
+                if not acts:
                     break
-                turns = self.run_activation(act)
+                turns = self.run_activations(acts)
                 total += turns
                 progressed += turns
             if progressed:

@@ -476,6 +476,7 @@ class Store:
         error: str | None,
         attempt: int,
         lease_ms: int,
+        read_next: bool = True,
     ) -> MessageRow | None:
         """Commit the head message's outcome, fenced; return the next head, if any.
 
@@ -483,6 +484,7 @@ class Store:
         must not change. The fence is the WHERE clause of the first UPDATE: if the
         lease was lost, zero rows change and :class:`LeaseLost` rolls everything back.
         The same statement renews the lease, so a busy actor needs no separate renewal.
+        ``read_next=False`` skips reading the next head when the caller already has it.
         """
         assert message.seq is not None
         write_state = state is not None
@@ -514,7 +516,7 @@ class Store:
                 "id": message.id,
             },
         )
-        return self.head_message(tx, lease.pk, message.seq + 1)
+        return self.head_message(tx, lease.pk, message.seq + 1) if read_next else None
 
     def retry_later(
         self,
