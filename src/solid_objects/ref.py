@@ -244,8 +244,8 @@ class Ref(Generic[A]):
         if operation.is_query:
             return engine.query(self._definition, self.actor_id, operation, args, kwargs)
         engine.require_workers()
-        message_id = engine.send(
-            self._definition, self.actor_id, operation, args, kwargs, options, register_waiter=True
+        message_id = engine.start_call(
+            self._definition, self.actor_id, operation, args, kwargs, options
         )
         message: MessageReference[Any] = MessageReference(
             self._runtime, message_id, operation, self.actor_type, self.actor_id
@@ -436,14 +436,7 @@ class AsyncRef(Generic[A]):
             )
         engine.require_workers()
         message_id = await self._runtime._run(
-            engine.send,
-            self._definition,
-            self.actor_id,
-            operation,
-            args,
-            kwargs,
-            options,
-            register_waiter=True,
+            engine.start_call, self._definition, self.actor_id, operation, args, kwargs, options
         )
         message: MessageReference[Any] = MessageReference(
             self._runtime.sync, message_id, operation, self.actor_type, self.actor_id

@@ -28,7 +28,7 @@ from ..errors import (
     error_from_document,
 )
 from ..options import Options
-from ..store import Store
+from ..store import Enqueued, Store
 from ..store.store import TERMINAL, new_id
 from .waiters import Outcome, Waiters
 from .worker import WorkerPool
@@ -41,6 +41,36 @@ _MAX_POLL = 0.05
 #: When a worker of this process runs the message its future is resolved directly;
 #: the database is read only as a safety net (the lease may be lost meanwhile).
 _LOCAL_POLL = 0.25
+
+
+class _Poll:
+    """When a waiting caller reads the message row, and how long it sleeps between.
+
+    A message a local worker runs is resolved through its future; the row is read
+    only every ``_LOCAL_POLL`` as a safety net (the lease may be lost meanwhile).
+    Otherwise the row is read with a backoff from 2 ms to 50 ms.
+    """
+
+    def __init__(self, waiters: Waiters, message_id: str) -> None:
+        self._waiters = waiters
+        self._id = message_id
+        self.delay = _FIRST_POLL
+        self._last_read = time.monotonic()
+
+    def should_read(self) -> bool:
+        where = self._waiters.where(self._id)
+        now = time.monotonic()
+        if where == "enqueueing":
+            self.delay = min(self.delay * 2, _MAX_POLL)
+            return False
+        if where == "local":
+            self.delay = _LOCAL_POLL
+            if now - self._last_read < _LOCAL_POLL:
+                return False
+        else:
+            self.delay = min(self.delay * 2, _MAX_POLL)
+        self._last_read = now
+        return True
 
 
 class Client:
@@ -69,44 +99,107 @@ class Client:
         *,
         register_waiter: bool = False,
     ) -> str:
-        """Validate, then durably enqueue; returns the message id once committed."""
-        arguments = operation.encode_arguments(args, kwargs, limit=self.options.max_payload_bytes)
-        self.ensure_schema()
+        """Validate, then durably enqueue; return the message id once committed.
+
+        With an idempotency key that was used before, the id is the earlier message's.
+        """
         message_id = new_id()
         if register_waiter:
-            self.waiters.register(message_id)
-        claim = self.pool.running and self.options.workers > 0
+            self.waiters.register(message_id, enqueueing=True)
         try:
-            enqueued = self.store.transact(
-                lambda tx: self.store.enqueue(
-                    tx,
-                    message_id=message_id,
-                    actor_type=definition.actor_type,
-                    actor_id=actor_id,
-                    operation=operation.name,
-                    arguments=arguments,
-                    idempotency_key=options.idempotency_key,
-                    delay_ms=int(options.delay * 1000),
-                    claim_for=self.pool.owner if claim else None,
-                    lease_ms=self.options.lease_ms,
-                )
+            enqueued = self._enqueue(
+                definition, actor_id, operation, args, kwargs, options, message_id
+            ).result()
+        except BaseException:
+            self.waiters.forget(message_id)
+            raise
+        if enqueued.existing:
+            self.waiters.forget(message_id)
+            if register_waiter:
+                self.waiters.register(enqueued.message.id)
+        return enqueued.message.id
+
+    def start_call(
+        self,
+        definition: ActorDefinition,
+        actor_id: str,
+        operation: Operation,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        options: CallOptions,
+    ) -> str:
+        """Enqueue for a caller that waits for the outcome, without waiting for the enqueue.
+
+        The caller sleeps once, until the result arrives: the enqueue's commit routes
+        the message to a local worker from the commit thread, and an enqueue error
+        (or timeout) reaches the caller through the same future as the outcome.
+        """
+        if options.idempotency_key is not None:  # may resolve to an earlier message
+            return self.send(
+                definition, actor_id, operation, args, kwargs, options, register_waiter=True
+            )
+        message_id = new_id()
+        future = self.waiters.register(message_id, enqueueing=True)
+        try:
+            enqueue = self._enqueue(
+                definition, actor_id, operation, args, kwargs, options, message_id
             )
         except BaseException:
             self.waiters.forget(message_id)
             raise
+
+        def failed(done: Future[Enqueued]) -> None:
+            exc = done.exception()
+            if exc is not None and not future.done():
+                future.set_exception(exc)
+
+        enqueue.add_done_callback(failed)
+        return message_id
+
+    def _enqueue(
+        self,
+        definition: ActorDefinition,
+        actor_id: str,
+        operation: Operation,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        options: CallOptions,
+        message_id: str,
+    ) -> Future[Enqueued]:
+        arguments = operation.encode_arguments(args, kwargs, limit=self.options.max_payload_bytes)
+        self.ensure_schema()
+        claim = self.pool.running and self.options.workers > 0
+        future = self.store.transact_future(
+            lambda tx: self.store.enqueue(
+                tx,
+                message_id=message_id,
+                actor_type=definition.actor_type,
+                actor_id=actor_id,
+                operation=operation.name,
+                arguments=arguments,
+                idempotency_key=options.idempotency_key,
+                delay_ms=int(options.delay * 1000),
+                claim_for=self.pool.owner if claim else None,
+                lease_ms=self.options.lease_ms,
+            )
+        )
+        future.add_done_callback(self._route)
+        return future
+
+    def _route(self, done: Future[Enqueued]) -> None:
+        """After the enqueue committed: hand the message to a local worker if we hold it."""
+        if done.exception() is not None:
+            return
+        enqueued = done.result()
         message = enqueued.message
-        if enqueued.existing:
-            self.waiters.forget(message_id)
-            if register_waiter:
-                self.waiters.register(message.id)
         if enqueued.claimed is not None:
-            self.waiters.mark_local(message.id)
+            self.waiters.mark(message.id, local=True)
             self.pool.adopt(enqueued.claimed)
         elif message.status == "queued" and self.pool.signal(message.actor_pk, message):
-            self.waiters.mark_local(message.id)
+            self.waiters.mark(message.id, local=True)
         else:
+            self.waiters.mark(message.id, local=False)
             self.pool.wake()
-        return message.id
 
     def require_workers(self) -> None:
         if self.options.workers > 0 and not self.pool.running:
@@ -157,21 +250,20 @@ class Client:
         limit = self.options.call_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         future: Future[Outcome] = self.waiters.register(message.id)
-        local = self.waiters.is_local(message.id)
-        delay, cap = (_LOCAL_POLL, _LOCAL_POLL) if local else (_FIRST_POLL, _MAX_POLL)
+        poll = _Poll(self.waiters, message.id)
         try:
             while True:
                 remaining = deadline - time.monotonic()
                 try:
-                    return self.settle(message, future.result(max(0.0, min(delay, remaining))))
+                    return self.settle(message, future.result(max(0.0, min(poll.delay, remaining))))
                 except FutureTimeout:
                     pass
-                outcome = self.outcome(message.id)
-                if outcome is not None:
-                    return self.settle(message, outcome)
+                if poll.should_read():
+                    outcome = self.outcome(message.id)
+                    if outcome is not None:
+                        return self.settle(message, outcome)
                 if remaining <= 0:
                     raise CallTimeout(self.diagnose(message.id, limit), message)
-                delay = min(delay * 2, cap)
         finally:
             self.waiters.forget(message.id)
 
@@ -182,20 +274,19 @@ class Client:
         limit = self.options.call_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         future = asyncio.wrap_future(self.waiters.register(message.id))
-        local = self.waiters.is_local(message.id)
-        delay, cap = (_LOCAL_POLL, _LOCAL_POLL) if local else (_FIRST_POLL, _MAX_POLL)
+        poll = _Poll(self.waiters, message.id)
         try:
             while True:
                 remaining = deadline - time.monotonic()
-                done, _ = await asyncio.wait({future}, timeout=max(0.0, min(delay, remaining)))
+                done, _ = await asyncio.wait({future}, timeout=max(0.0, min(poll.delay, remaining)))
                 if done:
                     return self.settle(message, future.result())
-                outcome = await run(self.outcome, message.id)
-                if outcome is not None:
-                    return self.settle(message, outcome)
+                if poll.should_read():
+                    outcome = await run(self.outcome, message.id)
+                    if outcome is not None:
+                        return self.settle(message, outcome)
                 if remaining <= 0:
                     raise CallTimeout(await run(self.diagnose, message.id, limit), message)
-                delay = min(delay * 2, cap)
         finally:
             self.waiters.forget(message.id)
 

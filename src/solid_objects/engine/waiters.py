@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,32 +26,37 @@ class Waiters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._futures: dict[str, Future[Outcome]] = {}
-        self._local: set[str] = set()
+        #: Where each registered message is, when known.
+        self._where: dict[str, Literal["enqueueing", "local", "remote"]] = {}
 
-    def register(self, message_id: str) -> Future[Outcome]:
+    def register(self, message_id: str, *, enqueueing: bool = False) -> Future[Outcome]:
+        """A future for the outcome; ``enqueueing``: its enqueue has not committed yet."""
         with self._lock:
             future = self._futures.get(message_id)
             if future is None:
                 future = self._futures[message_id] = Future()
+                if enqueueing:
+                    self._where[message_id] = "enqueueing"
             return future
 
-    def mark_local(self, message_id: str) -> None:
-        """A worker of this process holds the actor: the future will be resolved."""
+    def mark(self, message_id: str, *, local: bool) -> None:
+        """The enqueue committed; ``local``: a worker of this process will resolve it."""
         with self._lock:
             if message_id in self._futures:
-                self._local.add(message_id)
+                self._where[message_id] = "local" if local else "remote"
 
-    def is_local(self, message_id: str) -> bool:
-        return message_id in self._local
+    def where(self, message_id: str) -> Literal["enqueueing", "local", "remote"]:
+        """Where the message is; "remote" (read the database) when not known."""
+        return self._where.get(message_id, "remote")
 
     def forget(self, message_id: str) -> None:
         with self._lock:
             self._futures.pop(message_id, None)
-            self._local.discard(message_id)
+            self._where.pop(message_id, None)
 
     def resolve(self, message_id: str, outcome: Outcome) -> None:
         with self._lock:
             future = self._futures.pop(message_id, None)
-            self._local.discard(message_id)
+            self._where.pop(message_id, None)
         if future is not None and not future.done():
             future.set_result(outcome)

@@ -10,9 +10,11 @@ database clock), and the caller checks that exactly one row changed.
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -29,13 +31,23 @@ T = TypeVar("T")
 TERMINAL = frozenset({"completed", "rejected", "dead", "destroyed"})
 
 
+# Ids and fence tokens must be unique, not secret; os.urandom costs ~150 µs per call on
+# some virtual machines, so draw from a generator seeded from it (reseeded after fork).
+_random = random.Random(secrets.randbits(128))
+os.register_at_fork(after_in_child=lambda: _random.seed(secrets.randbits(128)))
+
+
 def new_id() -> str:
     """A 32-hex-digit id that sorts by creation time (48-bit ms clock + 80 random bits)."""
-    return f"{int(time.time() * 1000):012x}{secrets.token_hex(10)}"
+    return f"{int(time.time() * 1000):012x}{_random.getrandbits(80):020x}"
+
+
+def new_token() -> str:
+    return f"{_random.getrandbits(64):016x}"
 
 
 def new_owner() -> str:
-    return f"{os.getpid()}-{secrets.token_hex(8)}"
+    return f"{os.getpid()}-{new_token()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,9 +183,23 @@ class Store:
         elsewhere it runs in its own transaction on this thread.
         """
         if self._writer is not None:
-            return self._writer.submit(body)
+            return self._writer.submit(body).result()
         with self.dialect.write(self.engine, self.sql) as tx:
             return body(tx)
+
+    def transact_future(self, body: Callable[[Tx], T]) -> Future[T]:
+        """Like :meth:`transact`, without waiting: the future completes after the commit.
+
+        Done callbacks may run on the group-commit thread; they must be quick.
+        """
+        if self._writer is not None:
+            return self._writer.submit(body)
+        future: Future[T] = Future()
+        try:
+            future.set_result(self.transact(body))
+        except Exception as exc:
+            future.set_exception(exc)
+        return future
 
     def close(self) -> None:
         if self._writer is not None:
@@ -292,7 +318,7 @@ class Store:
                 and (owner is None or expires <= now)
                 and (ready_at is None or ready_at <= now)
             ):
-                lease = Lease(pk, claim_for, secrets.token_hex(8), int(generation) + 1)
+                lease = Lease(pk, claim_for, new_token(), int(generation) + 1)
                 params.update(
                     owner=lease.owner, token=lease.token, gen=lease.generation, lease_ms=lease_ms
                 )
@@ -399,7 +425,7 @@ class Store:
 
     def claim(self, tx: Tx, pk: int, generation: int, owner: str, lease_ms: int) -> Claimed | None:
         """Take a free or expired lease (compare-and-set on the generation)."""
-        lease = Lease(pk, owner, secrets.token_hex(8), generation + 1)
+        lease = Lease(pk, owner, new_token(), generation + 1)
         changed = tx.run(
             "UPDATE {actors} SET lease_owner = :owner, lease_token = :token, "
             "lease_generation = :gen + 1, lease_expires_at = {now} + :lease_ms, "

@@ -44,14 +44,18 @@ class GroupWriter:
         self._lock = threading.Lock()
         self._local = threading.local()
 
-    def submit(self, body: Callable[[Tx], T]) -> T:
-        """Run ``body(tx)`` in the next group transaction; return once it is committed."""
+    def submit(self, body: Callable[[Tx], T]) -> Future[T]:
+        """Queue ``body(tx)`` for the next group transaction.
+
+        The future completes once that transaction committed (or failed). Its done
+        callbacks run on the writer thread: they must be quick and must not submit.
+        """
         if getattr(self._local, "inside", False):
             raise RuntimeError("store.transact() called from inside a transaction body")
         self._ensure_thread()
         future: Future[T] = Future()
         self._jobs.put((body, future))
-        return future.result()
+        return future
 
     def close(self) -> None:
         with self._lock:
