@@ -438,13 +438,9 @@ class WorkerPool:
 
     # --- finding work -----------------------------------------------------------------
 
-    def poll_once(self, *, capacity: int, now_ms: int | None = None) -> int:
-        """Promote due delayed messages, signal held actors, claim free ones."""
+    def poll_once(self, *, capacity: int) -> int:
+        """Signal held actors with new work and claim free ones; one read when idle."""
         found = 0
-        with self.store.read() as tx:
-            due = self.store.due_scheduled(tx, now=now_ms)
-        if due:
-            found += self.store.transact(lambda tx: self.store.promote(tx, due))
         with self._cond:
             held = len(self._activations)
         with self.store.read() as tx:
@@ -472,6 +468,14 @@ class WorkerPool:
             found += len(claimed)
         return found
 
+    def _promote_due(self, now_ms: int | None = None) -> int:
+        """Move due delayed messages into their mailboxes (``now_ms`` overrides the clock)."""
+        with self.store.read() as tx:
+            due = self.store.due_scheduled(tx, now=now_ms)
+        if not due:
+            return 0
+        return self.store.transact(lambda tx: self.store.promote(tx, due))
+
     def _poll_loop(self) -> None:
         interval = _MIN_POLL
         renew_every = self.options.lease_duration / 3
@@ -497,9 +501,13 @@ class WorkerPool:
             sleep = min(interval, next_maintenance - time.monotonic())
             try:
                 with self.store.read() as tx:
-                    due_ms = self.store.next_due(tx)
-                if due_ms is not None:
-                    sleep = min(sleep, due_ms / 1000)
+                    actor_ms, scheduled_ms = self.store.next_due(tx)
+                if scheduled_ms is not None and scheduled_ms <= 0 and self._promote_due():
+                    interval = _MIN_POLL
+                    continue
+                for due_ms in (actor_ms, scheduled_ms):
+                    if due_ms is not None:
+                        sleep = min(sleep, due_ms / 1000)
             except DB_ERRORS:
                 log.exception("could not read the next due time")
             self._wake.wait(max(sleep, 0.0))
@@ -532,7 +540,8 @@ class WorkerPool:
         deadline = time.monotonic() + timeout
         total = 0
         while time.monotonic() < deadline:
-            progressed = self.poll_once(capacity=10_000, now_ms=now_ms)
+            progressed = self._promote_due(now_ms)
+            progressed += self.poll_once(capacity=10_000)
             while True:
                 acts = self._take(_TURN_BATCH, timeout=None)
                 if not acts:

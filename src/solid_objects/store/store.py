@@ -640,16 +640,20 @@ class Store:
             now=int(row[7]),
         )
 
-    def next_due(self, tx: Tx) -> int | None:
-        """Milliseconds until the earliest future work (ready actor or scheduled message)."""
+    def next_due(self, tx: Tx) -> tuple[int | None, int | None]:
+        """Milliseconds until an actor's backoff ends, and until the next delayed message.
+
+        The second is zero or negative when delayed messages are due now.
+        """
         row = tx.row(
             "SELECT (SELECT MIN(ready_at) FROM {actors} WHERE ready_at > {now}), "
             "(SELECT MIN(available_at) FROM {messages} WHERE status = 'scheduled'), {now}"
         )
-        candidates = [int(v) for v in row[:2] if v is not None]
-        if not candidates:
-            return None
-        return max(0, min(candidates) - int(row[2]))
+        now = int(row[2])
+        return (
+            None if row[0] is None else int(row[0]) - now,
+            None if row[1] is None else int(row[1]) - now,
+        )
 
     def destroy(self, tx: Tx, actor_type: str, actor_id: str) -> bool:
         """End an incarnation: pending messages become ``destroyed``; the row goes."""
