@@ -1,12 +1,26 @@
-"""Shared fixtures: each test gets its own SQLite file and runtimes built on it."""
+"""Shared fixtures: every database-facing test runs on SQLite, PostgreSQL and MariaDB.
+
+Server tests take their URLs from the environment:
+
+- ``SOLID_TEST_POSTGRES_URL`` (e.g. ``postgresql+psycopg://postgres@127.0.0.1:5432/test``)
+- ``SOLID_TEST_MYSQL_URL`` (e.g. ``mysql+pymysql://root@127.0.0.1:3306/test``)
+
+A backend whose variable is unset is not collected. ``SOLID_TEST_REQUIRE_SERVERS=1``
+(set by ``scripts/test``, so always in CI) makes a missing variable an error
+instead, so server tests can never be skipped silently.
+"""
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy
+from sqlalchemy.engine import make_url
 
 from solid_objects import Runtime
 
@@ -17,10 +31,59 @@ FAST = {
     "call_timeout": 20.0,
 }
 
+SERVER_VARIABLES = {
+    "postgresql": "SOLID_TEST_POSTGRES_URL",
+    "mysql": "SOLID_TEST_MYSQL_URL",
+}
+
+
+def _backends() -> list[str]:
+    backends = ["sqlite"]
+    required = os.environ.get("SOLID_TEST_REQUIRE_SERVERS") == "1"
+    for name, variable in SERVER_VARIABLES.items():
+        if os.environ.get(variable):
+            backends.append(name)
+        elif required:
+            raise pytest.UsageError(
+                f"SOLID_TEST_REQUIRE_SERVERS=1 but {variable} is not set: the {name} tests "
+                "would not run"
+            )
+    return backends
+
+
+BACKENDS = _backends()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
 
 @pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'test.db'}"
+def db_url(backend: str, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database for this test: a file, a PostgreSQL schema, a MariaDB database."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'test.db'}"
+        return
+    base = make_url(os.environ[SERVER_VARIABLES[backend]])
+    name = f"solid_t_{uuid.uuid4().hex[:12]}"
+    admin = sqlalchemy.create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        if backend == "postgresql":
+            conn.exec_driver_sql(f"CREATE SCHEMA {name}")
+            url = base.update_query_dict({"options": f"-csearch_path={name}"})
+        else:
+            conn.exec_driver_sql(f"CREATE DATABASE {name}")
+            url = base.set(database=name)
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            if backend == "postgresql":
+                conn.exec_driver_sql(f"DROP SCHEMA {name} CASCADE")
+            else:
+                conn.exec_driver_sql(f"DROP DATABASE {name}")
+        admin.dispose()
 
 
 @pytest.fixture
@@ -42,3 +105,9 @@ def make_runtime(db_url: str) -> Iterator[Callable[..., Runtime]]:
 def count_rows(runtime: Runtime, table: str, where: str = "1=1") -> int:
     with runtime.store.read() as tx:
         return int(tx.scalar(f"SELECT COUNT(*) FROM solid_{table} WHERE {where}"))
+
+
+def db_now(runtime: Runtime) -> int:
+    """The database clock in epoch milliseconds."""
+    with runtime.store.read() as tx:
+        return runtime.store.now(tx)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-
 import pytest
 
 from solid_objects import Actor, AsyncRuntime, Rejected, query
@@ -30,9 +28,9 @@ class Account(Actor):
         return self.balance
 
 
-def test_async_runtime_calls_sends_queries_and_typed_calls(tmp_path: Path) -> None:
+def test_async_runtime_calls_sends_queries_and_typed_calls(db_url: str) -> None:
     async def main() -> None:
-        runtime = AsyncRuntime(f"sqlite:///{tmp_path / 'a.db'}", workers=2)
+        runtime = AsyncRuntime(db_url, workers=2)
         await runtime.install()
         async with runtime:
             account = runtime.ref(Account, "acct")
@@ -55,9 +53,9 @@ def test_async_runtime_calls_sends_queries_and_typed_calls(tmp_path: Path) -> No
     asyncio.run(main())
 
 
-def test_async_call_timeout_and_drain(tmp_path: Path) -> None:
+def test_async_call_timeout_and_drain(db_url: str) -> None:
     async def main() -> None:
-        runtime = AsyncRuntime(f"sqlite:///{tmp_path / 'b.db'}", workers=0)
+        runtime = AsyncRuntime(db_url, workers=0)
         await runtime.install()
         account = runtime.ref(Account, "later")
         with pytest.raises(CallTimeout):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import multiprocessing
-from pathlib import Path
-
 import pytest
 
 from solid_objects import Actor, Runtime
@@ -26,15 +24,15 @@ def _install(url: str) -> None:
     runtime.close()
 
 
-def test_using_an_uninstalled_database_says_how_to_fix_it(tmp_path: Path) -> None:
-    runtime = Runtime(f"sqlite:///{tmp_path / 'empty.db'}", workers=0)
+def test_using_an_uninstalled_database_says_how_to_fix_it(db_url: str) -> None:
+    runtime = Runtime(db_url, workers=0)
     with pytest.raises(SchemaNotInstalled, match="install"):
         runtime.ref(Thing, "a").bump.send()
     runtime.close()
 
 
-def test_install_is_idempotent_and_concurrent_installs_are_safe(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'shared.db'}"
+def test_install_is_idempotent_and_concurrent_installs_are_safe(db_url: str) -> None:
+    url = db_url
     context = multiprocessing.get_context("spawn")
     processes = [context.Process(target=_install, args=(url,)) for _ in range(4)]
     for p in processes:

@@ -12,7 +12,7 @@ from solid_objects import Actor, Runtime
 from solid_objects.errors import ActorDestroyed, IdempotencyConflict, LeaseLost
 from solid_objects.store import Lease
 
-from .conftest import count_rows
+from .conftest import count_rows, db_now
 
 
 class Journal(Actor):
@@ -181,12 +181,9 @@ def test_idle_activation_keeps_a_renewed_lease_then_is_released(
         ref = rt.ref(Journal, "idle")
         ref.write(text="a")
         time.sleep(0.6)  # twice the lease: the cached activation must have been renewed
-        with rt.store.read() as tx:
-            live = tx.scalar(
-                "SELECT COUNT(*) FROM solid_actors WHERE lease_owner IS NOT NULL "
-                "AND lease_expires_at > CAST((julianday('now') - 2440587.5) * 86400000.0 "
-                "AS INTEGER)"
-            )
+        live = count_rows(
+            rt, "actors", f"lease_owner IS NOT NULL AND lease_expires_at > {db_now(rt)}"
+        )
         assert live == 1
         assert ref.write(text="b") == 2
         deadline = time.monotonic() + 5

@@ -116,6 +116,9 @@ class Dialect:
     def lock_for_install(self, conn: Connection) -> None:
         """Serialize concurrent ``install()`` calls from several processes."""
 
+    def unlock_after_install(self, conn: Connection) -> None:
+        """Release what :meth:`lock_for_install` took, if it outlives the transaction."""
+
     @contextmanager
     def install_transaction(self, engine: Engine) -> Iterator[Connection]:
         with engine.begin() as conn:
@@ -190,10 +193,16 @@ class MySQLDialect(Dialect):
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
             cur.close()
 
+    _LOCK = "CONCAT(DATABASE(), '.solid_objects_install')"
+
     def lock_for_install(self, conn: Connection) -> None:
-        got = conn.execute(text("SELECT GET_LOCK('solid_objects_install', 60)")).scalar()
+        # A session lock: DDL commits implicitly on MySQL, so no transaction can hold it.
+        got = conn.execute(text(f"SELECT GET_LOCK({self._LOCK}, 60)")).scalar()
         if got != 1:
             raise ConfigurationError("could not take the install lock within 60 s")
+
+    def unlock_after_install(self, conn: Connection) -> None:
+        conn.execute(text(f"SELECT RELEASE_LOCK({self._LOCK})"))
 
 
 def dialect_for(engine: Engine) -> Dialect:

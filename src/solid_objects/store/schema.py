@@ -154,6 +154,13 @@ def installed_version(conn: Connection, prefix: str) -> int | None:
 def install(conn: Connection, dialect: Dialect, prefix: str) -> int:
     """Bring the schema to SCHEMA_VERSION; safe to run from several processes at once."""
     dialect.lock_for_install(conn)
+    try:
+        return _install_locked(conn, prefix)
+    finally:
+        dialect.unlock_after_install(conn)
+
+
+def _install_locked(conn: Connection, prefix: str) -> int:
     md = build_metadata(prefix)
     current = installed_version(conn, prefix) or 0
     if current > SCHEMA_VERSION:
