@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+
 import pytest
 
 from solid_objects import Actor, Runtime
