@@ -1,28 +1,33 @@
 """Solid Objects: durable virtual actors in the SQL database you already run.
 
-from solid_objects import Actor, Runtime, query
+Example::
 
-class Counter(Actor):
-    value: int = 0
+    from solid_objects import Actor, Runtime, query
 
-    def add(self, n: int = 1) -> int:
-        self.value += n
-        return self.value
+    class Counter(Actor):
+        value: int = 0
 
-runtime = Runtime("sqlite:///app.db")
-runtime.install()
-with runtime:
-    runtime.ref(Counter, "a").add(n=2)
+        def add(self, n: int = 1) -> int:
+            self.value += n
+            return self.value
+
+    runtime = Runtime("sqlite:///app.db")
+    runtime.install()
+    with runtime:
+        runtime.ref(Counter, "a").add(n=2)
 """
 
 from .actor import Actor, query
+from .engine.effects import EffectContext
 from .errors import (
     ActorDestroyed,
+    CallInsideTurn,
     CallTimeout,
     IdempotencyConflict,
     InvalidArguments,
     LeaseLost,
     MessageFailed,
+    NotInTurn,
     PayloadTooLarge,
     Rejected,
     SolidObjectsError,
@@ -41,12 +46,15 @@ __all__ = [
     "AsyncMessageReference",
     "AsyncRef",
     "AsyncRuntime",
+    "CallInsideTurn",
     "CallTimeout",
+    "EffectContext",
     "IdempotencyConflict",
     "InvalidArguments",
     "LeaseLost",
     "MessageFailed",
     "MessageReference",
+    "NotInTurn",
     "PayloadTooLarge",
     "Ref",
     "Rejected",

@@ -9,8 +9,10 @@ so mistakes surface at import time rather than in a worker at 3 a.m.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, TypeVar
+from datetime import datetime, timedelta
+from typing import Any, ClassVar, Literal, TypeVar
 
+from . import staging
 from .definition import ActorDefinition, build_definition
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -61,6 +63,114 @@ class Actor:
     def __repr__(self) -> str:
         actor_id = getattr(self, "actor_id", "?")
         return f"<{type(self).__name__} {actor_id!r}>"
+
+    # --- staging: everything below commits with the turn's state, or not at all ---
+
+    def emit(
+        self,
+        name: str,
+        /,
+        *,
+        on_success: str | Callable[..., Any] | None = None,
+        on_failure: str | Callable[..., Any] | None = None,
+        **arguments: Any,
+    ) -> str:
+        """Stage an effect: ``handler(ctx, **arguments)`` runs after the commit, at least once.
+
+        Returns the effect's id (``ctx.id`` in the handler), stable across retries: use it
+        as the idempotency key at the receiver. ``on_success`` / ``on_failure`` name
+        operations of this actor that receive the outcome as ordinary messages; they may
+        take ``effect_id``, ``arguments`` and ``result`` (or ``error``).
+        """
+        return staging.emit(name, _name(on_success), _name(on_failure), arguments)
+
+    def schedule(
+        self,
+        *,
+        at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        key: str | None = None,
+        every: timedelta | float | None = None,
+        missed: Literal["latest", "all"] = "latest",
+    ) -> _Scheduler:
+        """Stage a reminder: ``self.schedule(delay=timedelta(days=3)).follow_up()``.
+
+        One reminder per (actor, operation, key): scheduling it again moves it. With
+        ``every`` it recurs; after downtime ``missed="latest"`` fires once,
+        ``missed="all"`` fires every missed occurrence.
+        """
+        return _Scheduler(dict(at=at, delay=delay, key=key, every=every, missed=missed))
+
+    def cancel_schedule(self, operation: str | Callable[..., Any], key: str | None = None) -> None:
+        """Stage the removal of the reminder for ``operation`` (and ``key``), if any."""
+        name = _name(operation)
+        assert name is not None
+        staging.cancel_schedule(name, key)
+
+    def send_to(
+        self,
+        cls: type[Actor],
+        actor_id: str,
+        *,
+        delay: timedelta | float | None = None,
+        idempotency_key: str | None = None,
+    ) -> _Outbound:
+        """Stage a message to another actor: ``self.send_to(Mailer, "m").deliver(to=...)``.
+
+        It is enqueued in the same commit as this turn's state, exactly once.
+        """
+        return _Outbound(definition_of(cls), actor_id, delay, idempotency_key)
+
+
+def _name(operation: str | Callable[..., Any] | None) -> str | None:
+    if operation is None or isinstance(operation, str):
+        return operation
+    return str(getattr(operation, "__name__", operation))
+
+
+class _Scheduler:
+    def __init__(self, options: dict[str, Any]) -> None:
+        self._options = options
+
+    def __getattr__(self, operation: str) -> Callable[..., None]:
+        if operation.startswith("__"):
+            raise AttributeError(operation)
+
+        def stage(*args: Any, **kwargs: Any) -> None:
+            staging.schedule(operation, args, kwargs, **self._options)
+
+        return stage
+
+
+class _Outbound:
+    def __init__(
+        self,
+        target: ActorDefinition,
+        actor_id: str,
+        delay: timedelta | float | None,
+        idempotency_key: str | None,
+    ) -> None:
+        self._target = target
+        self._actor_id = actor_id
+        self._delay = delay
+        self._key = idempotency_key
+
+    def __getattr__(self, operation: str) -> Callable[..., None]:
+        if operation.startswith("__"):
+            raise AttributeError(operation)
+
+        def stage(*args: Any, **kwargs: Any) -> None:
+            staging.send_to(
+                self._target,
+                self._actor_id,
+                operation,
+                args,
+                kwargs,
+                delay=self._delay,
+                idempotency_key=self._key,
+            )
+
+        return stage
 
 
 def definition_of(cls: type[Actor]) -> ActorDefinition:

@@ -86,7 +86,10 @@ class Operation:
     function: Callable[..., Any]
     is_query: bool
     is_async: bool
+    #: Names that may be passed positionally, in order.
     parameters: tuple[str, ...]
+    #: Every argument name, keyword-only ones included.
+    names: frozenset[str]
     arguments: TypeAdapter[Any]
     result: TypeAdapter[Any]
 
@@ -273,6 +276,7 @@ def _build_operation(cls: type, name: str, function: Callable[..., Any]) -> Oper
         is_query=bool(getattr(function, "__solid_query__", False)),
         is_async=inspect.iscoroutinefunction(unwrapped),
         parameters=tuple(order),
+        names=frozenset(fields),
         arguments=arguments,
         result=result,
     )

@@ -81,6 +81,14 @@ class Unauthorized(SolidObjectsError):
     """The application's policy refused this call."""
 
 
+class NotInTurn(SolidObjectsError):
+    """``emit``/``schedule``/``send_to`` was called outside an operation (e.g. in a query)."""
+
+
+class CallInsideTurn(SolidObjectsError):
+    """Actor code called another actor directly; stage it with ``self.send_to`` instead."""
+
+
 # --- outcomes of a call ------------------------------------------------------------------
 
 
@@ -156,6 +164,8 @@ _STORED: dict[str, type[SolidObjectsError]] = {
         UnknownOperation,
         StateMigrationError,
         InvalidState,
+        NotInTurn,
+        CallInsideTurn,
     )
 }
 

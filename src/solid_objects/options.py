@@ -31,6 +31,12 @@ class Options:
     max_turns_per_activation: int = 64
     #: Seconds an idle activation keeps its lease and cached state before releasing them.
     idle_timeout: float = 10.0
+    #: Threads running effect handlers in this process.
+    effect_workers: int = 4
+    #: Seconds an effect handler may run before another runner may take the effect over.
+    effect_timeout: float = 60.0
+    #: Attempts of an effect handler before the effect is dead (and ``on_failure`` runs).
+    effect_max_attempts: int = 10
     max_payload_bytes: int = 1 << 20
     max_result_bytes: int = 1 << 20
     max_state_bytes: int = 5 << 20
@@ -71,6 +77,7 @@ class Options:
             "retry_max_delay",
             "idle_timeout",
             "busy_timeout",
+            "effect_timeout",
         ):
             positive(name)
         positive("workers", integer=True, zero=True)
@@ -80,6 +87,8 @@ class Options:
             "max_payload_bytes",
             "max_result_bytes",
             "max_state_bytes",
+            "effect_workers",
+            "effect_max_attempts",
         ):
             positive(name, integer=True)
         if self.lease_duration < 0.05:

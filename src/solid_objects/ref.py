@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
+from . import staging
 from .codec import check_identifier
 from .definition import ActorDefinition, Operation
 from .errors import InvalidArguments, UnknownOperation
@@ -59,6 +60,17 @@ def _seconds(value: float | timedelta, what: str) -> float:
     if value < 0:
         raise InvalidArguments(f"{what} must not be negative")
     return float(value)
+
+
+def refuse_inside_turn(what: str) -> None:
+    """Actor code must not call actors directly: it could wait on itself forever."""
+    if staging.inside_turn():
+        raise staging.CallInsideTurn(
+            f"{what} from inside an actor operation could deadlock (the actor would wait "
+            "for a mailbox that cannot move): stage the message with "
+            "self.send_to(OtherActor, actor_id).operation(...) instead; it is enqueued "
+            "in the same commit as this turn"
+        )
 
 
 def resolve_operation(definition: ActorDefinition, name: str) -> Operation:
@@ -243,6 +255,7 @@ class Ref(Generic[A]):
         engine = self._runtime._engine
         if operation.is_query:
             return engine.query(self._definition, self.actor_id, operation, args, kwargs)
+        refuse_inside_turn(f"calling {self.actor_type}.{operation.name}()")
         engine.require_workers()
         message_id = engine.start_call(
             self._definition, self.actor_id, operation, args, kwargs, options
@@ -263,6 +276,7 @@ class Ref(Generic[A]):
             raise UnknownOperation(
                 f"{operation.name} is a query: call it directly, it does not enter the mailbox"
             )
+        refuse_inside_turn(f"sending {self.actor_type}.{operation.name}()")
         message_id = self._runtime._engine.send(
             self._definition, self.actor_id, operation, args, kwargs, options
         )

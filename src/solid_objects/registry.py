@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from .actor import Actor, definition_of
+from .codec import check_identifier
 from .definition import ActorDefinition
 from .errors import InvalidActorDefinition, UnknownActorType
 
@@ -43,3 +45,32 @@ class Registry:
 
     def types(self) -> tuple[str, ...]:
         return self._types
+
+
+class EffectHandlers:
+    """Effect handlers by name: ``handler(ctx, **arguments)``, ``def`` or ``async def``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._handlers: dict[str, Callable[..., Any]] = {}
+        self._names: tuple[str, ...] = ()
+
+    def register(self, name: str, handler: Callable[..., Any]) -> None:
+        check_identifier(name, what="effect name")
+        if not callable(handler):
+            raise TypeError(f"effect handler for {name!r} is not callable")
+        with self._lock:
+            known = self._handlers.get(name)
+            if known is not None and known is not handler:
+                raise ValueError(f"effect {name!r} already has a handler: {known!r}")
+            self._handlers[name] = handler
+            self._names = tuple(sorted(self._handlers))
+
+    def get(self, name: str) -> Callable[..., Any]:
+        handler = self._handlers.get(name)
+        if handler is None:
+            raise LookupError(f"no handler for effect {name!r} in this process")
+        return handler
+
+    def names(self) -> tuple[str, ...]:
+        return self._names

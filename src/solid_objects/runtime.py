@@ -30,7 +30,7 @@ from .engine.worker import WorkerPool
 from .errors import ConfigurationError
 from .options import Options
 from .ref import AsyncRef, MessageReference, Ref
-from .registry import Registry
+from .registry import EffectHandlers, Registry
 from .store import Store
 from .store.store import new_owner
 from .testing import AsyncTesting, Testing
@@ -38,6 +38,7 @@ from .testing import AsyncTesting, Testing
 log = logging.getLogger("solid_objects.runtime")
 
 A = TypeVar("A", bound=Actor)
+H = TypeVar("H", bound=Callable[..., Any])
 T = TypeVar("T")
 P = ParamSpec("P")
 
@@ -92,9 +93,12 @@ class Runtime:
             },
         )
         self.registry = Registry()
+        self.effects = EffectHandlers()
         self.owner = new_owner()
         self._waiters = Waiters()
-        self._pool = WorkerPool(self.store, self.registry, self.options, self._waiters, self.owner)
+        self._pool = WorkerPool(
+            self.store, self.registry, self.effects, self.options, self._waiters, self.owner
+        )
         self._engine = Client(self.store, self._pool, self._waiters, self.options)
         self._closed = False
         self._stop_requested = threading.Event()
@@ -111,6 +115,23 @@ class Runtime:
         """Make an actor class runnable by this process's workers. Usable as a decorator."""
         self.registry.register(cls)
         return cls
+
+    def effect(self, name: str) -> Callable[[H], H]:
+        """Register an effect handler: ``@runtime.effect("send_email")``.
+
+        The handler is called as ``handler(ctx, **arguments)`` (``def`` or
+        ``async def``) after the turn that emitted the effect committed, at least
+        once; ``ctx.id`` is the same on every attempt, so pass it to the receiver
+        as an idempotency key.
+        """
+
+        def register(handler: H) -> H:
+            self.effects.register(name, handler)
+            if self._pool.running:
+                self._pool.effects.start()
+            return handler
+
+        return register
 
     def ref(self, cls: type[A], actor_id: str) -> Ref[A]:
         """A reference to the actor ``cls`` with identity ``actor_id`` (registers ``cls``)."""

@@ -199,7 +199,7 @@ class Client:
             self.waiters.mark(message.id, local=True)
         else:
             self.waiters.mark(message.id, local=False)
-            self.pool.wake()
+            self.pool.poller.wake()
 
     def require_workers(self) -> None:
         if self.options.workers > 0 and not self.pool.running:

@@ -17,7 +17,9 @@ from typing import Any, Literal
 from ..codec import canonical_json
 from ..definition import ActorDefinition
 from ..errors import DETERMINISTIC, Rejected, UnknownOperation, error_document
+from ..staging import Staged, turn_scope
 from ..store import MessageRow
+from ..store.store import new_id
 
 log = logging.getLogger("solid_objects.turn")
 
@@ -32,6 +34,8 @@ class TurnOutcome:
     state: str | None = None
     error: str | None = None
     exception: BaseException | None = None
+    #: Effects, reminders and messages to commit with the state (completed turns only).
+    staged: Staged | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,18 +84,20 @@ def execute(
             ),
             deterministic=True,
         )
+    staged = Staged(definition, new_id)
     try:
         arguments = operation.decode_arguments(message.arguments)
-        value = operation.function(instance, **arguments)
-        if inspect.isawaitable(value):
-            value = run_coroutine(value)
+        with turn_scope(staged):
+            value = operation.function(instance, **arguments)
+            if inspect.isawaitable(value):
+                value = run_coroutine(value)
         result = operation.encode_result(value, limit=limits.result_bytes)
         state = definition.dump_state(definition.capture_state(instance), limit=limits.state_bytes)
     except Rejected as exc:
         return failure(exc, deterministic=True)
     except DETERMINISTIC as exc:
         return failure(exc, deterministic=True)
-    except Exception as exc:
+    except BaseException as exc:  # CancelledError, SystemExit...: never kill the worker
         log.warning(
             "turn failed: %s %s.%s: %r",
             message.actor_type,
@@ -102,5 +108,8 @@ def execute(
         )
         return failure(exc, deterministic=False)
     return TurnOutcome(
-        "completed", result=result, state=None if state == committed_state else state
+        "completed",
+        result=result,
+        state=None if state == committed_state else state,
+        staged=staged if staged else None,
     )

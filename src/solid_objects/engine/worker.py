@@ -1,13 +1,14 @@
-"""Worker threads: claim → execute → fenced commit, with an activation cache.
+"""Worker threads: execute → fenced commit, over a table of activations.
 
-One :class:`WorkerPool` per runtime. It holds the *activations* of this
-process: actors whose lease it owns, with their hydrated instance, so the
-next turn of a warm actor costs one transaction (commit-and-read-next). A
-poller thread finds work from other processes and due delayed messages,
-renews every lease of the process in one statement, and releases idle
-activations. Worker threads take activations from a FIFO run queue; an
-activation runs at most ``max_turns_per_activation`` turns before going to
-the back of the queue, so one busy actor cannot starve the others.
+One :class:`WorkerPool` per runtime holds this process's activations (see
+``activation``), a FIFO run queue of those with work, and the worker threads.
+A worker takes several queued activations, runs the head message of each
+outside any transaction, and commits all those turns in one transaction,
+each fenced by its own lease; the commit also reads each actor's next
+message, so a warm actor's next turn costs no extra round trip. An activation
+runs at most ``max_turns_per_activation`` turns before going to the back of
+the queue, so one busy actor cannot starve the others. The poller (see
+``poller``) feeds the queue with work from other processes.
 """
 
 from __future__ import annotations
@@ -16,52 +17,26 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any, Literal
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..definition import ActorDefinition
 from ..errors import DatabaseError, LeaseLost
 from ..options import Options
-from ..registry import Registry
-from ..store import Claimed, Lease, MessageRow, Store, Tx
+from ..registry import EffectHandlers, Registry
+from ..store import Claimed, Committed, Enqueued, MessageRow, Store, Tx
+from .activation import Activation
+from .effects import EffectRunner
 from .turn import Limits, TurnOutcome, execute, failure
 from .waiters import Outcome, Waiters
 
 log = logging.getLogger("solid_objects.worker")
 
-_MIN_POLL = 0.002
 #: Activations a worker thread runs side by side, committing a turn of each at once.
 _TURN_BATCH = 32
+#: Turn time after which a worker commits what it has instead of running more turns,
+#: so a fast call is not held back behind a batch of slow ones.
+_BATCH_BUDGET = 0.005
 DB_ERRORS = (SQLAlchemyError, DatabaseError)
-
-
-@dataclass(eq=False)
-class Activation:
-    """An actor this process holds the lease of."""
-
-    lease: Lease
-    actor_type: str
-    actor_id: str
-    state_json: str | None
-    state_version: int
-    done_seq: int
-    head: MessageRow | None
-    head_attempt: int
-    definition: ActorDefinition | None = None
-    instance: Any = None
-    status: Literal["idle", "queued", "running"] = "idle"
-    signaled: bool = False
-    #: Messages enqueued by this process, by sequence number: no read needed to run them.
-    inbox: dict[int, MessageRow] = field(default_factory=dict)
-    #: Another process may have enqueued: read the mailbox before going idle.
-    check_mailbox: bool = True
-    last_used: float = field(default_factory=time.monotonic)
-
-    @property
-    def pk(self) -> int:
-        return self.lease.pk
 
 
 class WorkerPool:
@@ -69,10 +44,13 @@ class WorkerPool:
         self,
         store: Store,
         registry: Registry,
+        effects: EffectHandlers,
         options: Options,
         waiters: Waiters,
         owner: str,
     ) -> None:
+        from .poller import Poller
+
         self.store = store
         self.registry = registry
         self.options = options
@@ -84,23 +62,28 @@ class WorkerPool:
         self._queue: deque[Activation] = deque()
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
-        self._wake = threading.Event()
         self.running = False
+        self.effects = EffectRunner(store, registry, effects, options, owner, self.route)
+        self.poller = Poller(self)
+        self.effects.on_idle_slot = self.poller.wake
 
     # --- lifecycle --------------------------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
 
     def start(self) -> None:
         if self.running:
             return
         self._stopping.clear()
         self.running = True
+        self.effects.start()
         for n in range(self.options.workers):
             t = threading.Thread(target=self._work, name=f"solid-worker-{n}", daemon=True)
             t.start()
             self._threads.append(t)
-        poller = threading.Thread(target=self._poll_loop, name="solid-poller", daemon=True)
-        poller.start()
-        self._threads.append(poller)
+        self._threads.append(self.poller.start())
         log.info(
             "started %d workers as %s",
             self.options.workers,
@@ -114,7 +97,7 @@ class WorkerPool:
             self.release_all()
             return
         self._stopping.set()
-        self._wake.set()
+        self.poller.wake()
         with self._cond:
             self._cond.notify_all()
         deadline = time.monotonic() + timeout
@@ -128,17 +111,16 @@ class WorkerPool:
                 timeout,
                 stuck,
             )
+        self.effects.stop(max(0.0, deadline - time.monotonic()))
         self._threads.clear()
         self.running = False
         self.release_all()
 
     def release_all(self) -> None:
+        """Give back every lease of this process, cached or orphaned."""
         with self._cond:
-            held = list(self._activations.values())
             self._activations.clear()
             self._queue.clear()
-        if not held:
-            return
         try:
             self.store.transact(lambda tx: self.store.release_all(tx, self.owner))
         except DB_ERRORS:
@@ -150,6 +132,12 @@ class WorkerPool:
 
     def holds(self, pk: int) -> bool:
         return pk in self._activations
+
+    def held(self) -> int:
+        return len(self._activations)
+
+    def queued(self) -> int:
+        return len(self._queue)
 
     def adopt(self, claimed: Claimed) -> None:
         """Take over an actor whose lease this process just claimed, and queue it."""
@@ -191,13 +179,27 @@ class WorkerPool:
                 act.signaled = True
             return True
 
-    def wake(self) -> None:
-        self._wake.set()
+    def route(self, enqueued: list[Enqueued]) -> None:
+        """After a commit that enqueued messages: hand each to its local activation."""
+        for item in enqueued:
+            message = item.message
+            if message.status != "queued" or not self.signal(message.actor_pk, message):
+                self.poller.wake()
 
-    def _drop(self, act: Activation) -> None:
+    def _drop(self, act: Activation, *, release: bool = False) -> None:
+        """Forget an activation; with ``release``, also give its lease back if still ours."""
         with self._cond:
             if self._activations.get(act.pk) is act:
                 del self._activations[act.pk]
+        if release:
+            try:
+                self.store.transact(lambda tx: self.store.release(tx, act.lease))
+            except DB_ERRORS:
+                log.warning(
+                    "could not release %s %r; the poller will reclaim it",
+                    act.actor_type,
+                    act.actor_id,
+                )
 
     def _finish(self, act: Activation, *, requeue: bool) -> None:
         with self._cond:
@@ -224,6 +226,16 @@ class WorkerPool:
                 taken.append(act)
             return taken
 
+    def idle_since(self, cutoff: float) -> list[Activation]:
+        """Remove and return activations idle since before ``cutoff`` (monotonic)."""
+        with self._cond:
+            idle = [
+                a for a in self._activations.values() if a.status == "idle" and a.last_used < cutoff
+            ]
+            for a in idle:
+                del self._activations[a.pk]
+        return idle
+
     # --- running turns ----------------------------------------------------------------
 
     def _work(self) -> None:
@@ -233,10 +245,10 @@ class WorkerPool:
                 continue
             try:
                 self.run_activations(acts)
-            except Exception:
-                log.exception("worker error; dropping %d activations", len(acts))
+            except BaseException:  # a worker thread must survive anything a turn does
+                log.exception("worker error; releasing %d activations", len(acts))
                 for act in acts:
-                    self._drop(act)
+                    self._drop(act, release=True)
 
     def _setup(self, act: Activation) -> BaseException | None:
         """Hydrate the instance; an error here is a setup failure with an attempt budget."""
@@ -282,7 +294,12 @@ class WorkerPool:
         total = 0
         while active:
             pending: list[tuple[Activation, MessageRow, TurnOutcome]] = []
+            started = time.monotonic()
+            waiting: list[Activation] = []
             for act in active:
+                if pending and time.monotonic() - started > _BATCH_BUDGET:
+                    waiting.append(act)  # commit what we have first
+                    continue
                 if act.head is None and not self._load_head(act):
                     if turns[act] == 0:
                         self._release_if_empty(act)
@@ -293,22 +310,26 @@ class WorkerPool:
                 pending.append((act, act.head, self._run_turn(act, act.head)))
             if not pending:
                 break
-            active = []
-            for (act, message, outcome), next_head in zip(
+            active = waiting
+            for (act, message, outcome), committed in zip(
                 pending, self._commit(pending), strict=True
             ):
-                if next_head is False:
-                    self._drop(act)
+                if committed is None:
                     continue
                 turns[act] += 1
                 total += 1
+                if outcome.kind != "retry":
+                    self.waiters.resolve(
+                        message.id, Outcome(outcome.kind, outcome.result, outcome.error)
+                    )
+                if committed.outbound:
+                    self.route(committed.outbound)
+                if outcome.staged and (outcome.staged.effects or outcome.staged.reminders):
+                    self.poller.wake()
                 if outcome.kind == "retry":
                     self._drop(act)  # the lease was released with the failure
                     continue
-                self.waiters.resolve(
-                    message.id, Outcome(outcome.kind, outcome.result, outcome.error)
-                )
-                self._advance(act, message, outcome, next_head)
+                self._advance(act, message, outcome, committed.next_head)
                 if self._stopping.is_set() and self.running:
                     self._finish(act, requeue=False)
                 elif turns[act] >= self.options.max_turns_per_activation:
@@ -316,9 +337,6 @@ class WorkerPool:
                 else:
                     active.append(act)
         return total
-
-    def run_activation(self, act: Activation) -> int:
-        return self.run_activations([act])
 
     def _advance(
         self,
@@ -345,11 +363,7 @@ class WorkerPool:
     def _release_if_empty(self, act: Activation) -> None:
         """A claimed actor with nothing to run: keep it cached, or give it back if fresh."""
         if act.instance is None and act.definition is None:
-            self._drop(act)
-            try:
-                self.store.transact(lambda tx: self.store.release(tx, act.lease))
-            except DB_ERRORS:
-                log.exception("could not release %s %r", act.actor_type, act.actor_id)
+            self._drop(act, release=True)
         else:
             self._finish(act, requeue=False)
 
@@ -378,12 +392,12 @@ class WorkerPool:
 
     def _commit(
         self, pending: list[tuple[Activation, MessageRow, TurnOutcome]]
-    ) -> list[MessageRow | Literal[False] | None]:
+    ) -> list[Committed | None]:
         """Fenced commits of several turns in one transaction.
 
         Each turn is fenced by its own activation lease: a lost lease refuses that
         turn alone (its fence UPDATE changes no row, so it wrote nothing) and shows
-        as False; the others commit.
+        as None, and its activation is dropped; the others commit.
         """
         for act, _, outcome in pending:
             if outcome.kind == "retry" and act.head_attempt >= self.options.max_attempts:
@@ -392,25 +406,31 @@ class WorkerPool:
             message.seq is None or message.seq + 1 not in act.inbox for act, message, _ in pending
         ]
 
-        def body(tx: Tx) -> list[MessageRow | Literal[False] | None]:
-            results: list[MessageRow | Literal[False] | None] = []
+        def body(tx: Tx) -> list[Committed | None]:
+            results: list[Committed | None] = []
             for (act, message, outcome), read in zip(pending, read_next, strict=True):
                 try:
                     results.append(self._commit_turn(tx, act, message, outcome, read))
                 except LeaseLost as exc:
                     log.warning("%s", exc, extra={"solid_action": "lease_lost"})
-                    results.append(False)
+                    results.append(None)
             return results
 
         try:
-            return self.store.transact(body)
+            results = self.store.transact(body)
         except DB_ERRORS:
             log.exception("commit of %d turns failed; they will run again", len(pending))
-            return [False] * len(pending)
+            for act, _, _ in pending:
+                self._drop(act, release=True)
+            return [None] * len(pending)
+        for (act, _, _), committed in zip(pending, results, strict=True):
+            if committed is None:
+                self._drop(act)
+        return results
 
     def _commit_turn(
         self, tx: Tx, act: Activation, message: MessageRow, outcome: TurnOutcome, read: bool
-    ) -> MessageRow | None:
+    ) -> Committed:
         if outcome.kind == "retry":
             delay = self.options.retry_delay(act.head_attempt)
             self.store.retry_later(
@@ -421,127 +441,37 @@ class WorkerPool:
                 attempt=act.head_attempt,
                 delay_ms=int(delay * 1000),
             )
-            return None
+            return Committed(None, [])
+        completed = outcome.kind == "completed"
         return self.store.finish_turn(
             tx,
             act.lease,
             message,
             status=outcome.kind,
-            state=outcome.state if outcome.kind == "completed" else None,
+            state=outcome.state if completed else None,
             state_version=act.definition.state_version if act.definition else 1,
             result=outcome.result,
             error=outcome.error,
             attempt=act.head_attempt,
             lease_ms=self.options.lease_ms,
             read_next=read,
+            staged=outcome.staged if completed else None,
         )
-
-    # --- finding work -----------------------------------------------------------------
-
-    def poll_once(self, *, capacity: int) -> int:
-        """Signal held actors with new work and claim free ones; one read when idle."""
-        found = 0
-        with self._cond:
-            held = len(self._activations)
-        with self.store.read() as tx:
-            ready = self.store.find_ready(tx, self.owner, capacity + held, self.registry.types())
-        claimable = []
-        for r in ready:
-            if r.lease_owner == self.owner and self.signal(r.pk):
-                continue
-            claimable.append(r)
-        claimable = claimable[:capacity]
-        if claimable:
-
-            def claim_all(tx: Tx) -> list[Claimed]:
-                got = (
-                    self.store.claim(
-                        tx, r.pk, r.lease_generation, self.owner, self.options.lease_ms
-                    )
-                    for r in claimable
-                )
-                return [c for c in got if c is not None]
-
-            claimed = self.store.transact(claim_all)
-            for c in claimed:
-                self.adopt(c)
-            found += len(claimed)
-        return found
-
-    def _promote_due(self, now_ms: int | None = None) -> int:
-        """Move due delayed messages into their mailboxes (``now_ms`` overrides the clock)."""
-        with self.store.read() as tx:
-            due = self.store.due_scheduled(tx, now=now_ms)
-        if not due:
-            return 0
-        return self.store.transact(lambda tx: self.store.promote(tx, due))
-
-    def _poll_loop(self) -> None:
-        interval = _MIN_POLL
-        renew_every = self.options.lease_duration / 3
-        next_maintenance = time.monotonic() + renew_every
-        while not self._stopping.is_set():
-            found = 0
-            try:
-                with self._cond:
-                    queued = len(self._queue)
-                capacity = max(0, 2 * self.options.workers - queued)
-                found = self.poll_once(capacity=capacity)
-                if time.monotonic() >= next_maintenance:
-                    found += self._maintain()
-                    next_maintenance = time.monotonic() + renew_every
-            except DB_ERRORS:
-                log.exception("poll failed; retrying")
-            except Exception:
-                log.exception("poller error")
-            if found:
-                interval = _MIN_POLL
-                continue
-            interval = min(interval * 2, self.options.poll_interval)
-            sleep = min(interval, next_maintenance - time.monotonic())
-            try:
-                with self.store.read() as tx:
-                    actor_ms, scheduled_ms = self.store.next_due(tx)
-                if scheduled_ms is not None and scheduled_ms <= 0 and self._promote_due():
-                    interval = _MIN_POLL
-                    continue
-                for due_ms in (actor_ms, scheduled_ms):
-                    if due_ms is not None:
-                        sleep = min(sleep, due_ms / 1000)
-            except DB_ERRORS:
-                log.exception("could not read the next due time")
-            self._wake.wait(max(sleep, 0.0))
-            self._wake.clear()
-
-    def _maintain(self) -> int:
-        """Renew all leases of this process in one statement; release idle activations."""
-        cutoff = time.monotonic() - self.options.idle_timeout
-        with self._cond:
-            if not self._activations:
-                return 0
-            idle = [
-                a for a in self._activations.values() if a.status == "idle" and a.last_used < cutoff
-            ]
-            for a in idle:
-                del self._activations[a.pk]
-
-        def body(tx: Tx) -> None:
-            self.store.renew(tx, self.owner, self.options.lease_ms)
-            for a in idle:
-                self.store.release(tx, a.lease)
-
-        self.store.transact(body)
-        return len(idle)
 
     # --- testing ----------------------------------------------------------------------
 
     def drain(self, *, now_ms: int | None = None, timeout: float = 60.0) -> int:
-        """Run all ready work now, in the calling thread; return the number of turns."""
+        """Run all ready work now, in the calling thread; return the number of turns.
+
+        Time-triggered work (delayed messages, reminders) counts as due at ``now_ms``
+        when given; effects run inline, so their callbacks run in the same drain.
+        """
         deadline = time.monotonic() + timeout
         total = 0
         while time.monotonic() < deadline:
-            progressed = self._promote_due(now_ms)
-            progressed += self.poll_once(capacity=10_000)
+            progressed = self.poller.run_due(now_ms)
+            progressed += self.poller.poll_once(capacity=10_000)
+            progressed += self.effects.poll(inline=True)
             while True:
                 acts = self._take(_TURN_BATCH, timeout=None)
                 if not acts:

@@ -1,6 +1,18 @@
 """The store layer: schema, dialects and every SQL statement of the library."""
 
 from .dialect import Tx
-from .store import Claimed, Enqueued, Lease, MessageRow, Store
+from .outbox import EffectRow, ReminderRow
+from .store import Claimed, Committed, Due, Enqueued, Lease, MessageRow, Store
 
-__all__ = ["Claimed", "Enqueued", "Lease", "MessageRow", "Store", "Tx"]
+__all__ = [
+    "Claimed",
+    "Committed",
+    "Due",
+    "EffectRow",
+    "Enqueued",
+    "Lease",
+    "MessageRow",
+    "ReminderRow",
+    "Store",
+    "Tx",
+]

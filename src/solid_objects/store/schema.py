@@ -28,7 +28,7 @@ from ..errors import SchemaNotInstalled, SchemaTooNew
 from .dialect import Dialect
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def _ident(length: int) -> String:
@@ -45,7 +45,7 @@ _PK = BigInteger().with_variant(Integer(), "sqlite")
 
 
 def build_metadata(prefix: str) -> MetaData:
-    md = MetaData()
+    md = MetaData(info={"prefix": prefix})
     Table(
         f"{prefix}schema",
         md,
@@ -127,15 +127,78 @@ def build_metadata(prefix: str) -> MetaData:
         # On SQLite the table is clustered on its text id: no separate id index.
         sqlite_with_rowid=False,
     )
+    Table(
+        f"{prefix}effects",
+        md,
+        # The id is the effect's idempotency key (ctx.id): stable across retries.
+        Column("id", String(32), primary_key=True),
+        Column("actor_pk", BigInteger, nullable=False),
+        Column("actor_type", _ident(128), nullable=False),
+        Column("actor_id", _ident(255), nullable=False),
+        Column("source_message_id", String(32), nullable=False),
+        Column("name", _ident(255), nullable=False),
+        Column("arguments", _big_text(), nullable=False),
+        Column("on_success", String(128), nullable=True),
+        Column("on_failure", String(128), nullable=True),
+        # pending | running | done | dead
+        Column("status", String(16), nullable=False),
+        Column("attempts", Integer, nullable=False, server_default="0"),
+        # pending: when it may run; running: when its claim expires and it may run again.
+        Column("available_at", BigInteger, nullable=False),
+        Column("claimed_by", String(64), nullable=True),
+        Column("result", _big_text(), nullable=True),
+        Column("error", _big_text(), nullable=True),
+        Column("created_at", BigInteger, nullable=False),
+        Column("completed_at", BigInteger, nullable=True),
+        Index(
+            f"{prefix}effects_due",
+            "status",
+            "available_at",
+            sqlite_where=text("status IN ('pending', 'running')"),
+            postgresql_where=text("status IN ('pending', 'running')"),
+        ),
+        sqlite_with_rowid=False,
+    )
+    Table(
+        f"{prefix}reminders",
+        md,
+        Column("actor_pk", BigInteger, primary_key=True),
+        Column("operation", String(128), primary_key=True),
+        Column("rkey", _ident(255), primary_key=True),
+        Column("actor_type", _ident(128), nullable=False),
+        Column("actor_id", _ident(255), nullable=False),
+        Column("arguments", _big_text(), nullable=False),
+        Column("due_at", BigInteger, nullable=False),
+        Column("every_ms", BigInteger, nullable=True),
+        # latest | all
+        Column("missed", String(8), nullable=False),
+        # Bumped by every reschedule and every firing: a firing only applies to the
+        # occurrence it read, so a reschedule during a firing is never lost.
+        Column("version", BigInteger, nullable=False),
+        Column("created_at", BigInteger, nullable=False),
+        Column("updated_at", BigInteger, nullable=False),
+        Index(f"{prefix}reminders_due", "due_at"),
+    )
     return md
 
 
+def _create(conn: Connection, md: MetaData, *names: str) -> None:
+    prefix = md.info["prefix"]
+    md.create_all(conn, tables=[md.tables[prefix + n] for n in names], checkfirst=True)
+
+
 def _migrate_to_1(conn: Connection, md: MetaData) -> None:
-    md.create_all(conn, checkfirst=True)
+    """The mailbox: actors and messages."""
+    _create(conn, md, "schema", "actors", "messages")
+
+
+def _migrate_to_2(conn: Connection, md: MetaData) -> None:
+    """The transactional outbox: effects and reminders."""
+    _create(conn, md, "effects", "reminders")
 
 
 #: Ordered migrations: entry ``n`` brings the schema from version ``n`` to ``n + 1``.
-MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [_migrate_to_1]
+MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [_migrate_to_1, _migrate_to_2]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

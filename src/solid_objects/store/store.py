@@ -22,8 +22,10 @@ from typing import Any, TypeVar
 from sqlalchemy import Engine
 
 from ..errors import IdempotencyConflict, LeaseLost
+from ..staging import Staged
 from . import schema
 from .dialect import Dialect, Tx, dialect_for
+from .outbox import OutboxStatements
 from .writer import GroupWriter
 
 T = TypeVar("T")
@@ -105,6 +107,16 @@ class ReadyActor:
     lease_generation: int
 
 
+@dataclass(frozen=True, slots=True)
+class Due:
+    """Milliseconds from now until the earliest work of each kind; None when there is none."""
+
+    actor_backoff: int | None
+    delayed_message: int | None
+    reminder: int | None
+    effect: int | None
+
+
 @dataclass(slots=True)
 class ActorStatus:
     """What a timed-out caller is waiting on."""
@@ -144,7 +156,15 @@ def _message(row: Sequence[Any], offset: int = 0) -> MessageRow:
     )
 
 
-class Store:
+@dataclass(slots=True)
+class Committed:
+    """What a turn's commit produced: the next head (if read) and messages it enqueued."""
+
+    next_head: MessageRow | None
+    outbound: list[Enqueued]
+
+
+class Store(OutboxStatements):
     """The database side of Solid Objects, for one engine and table prefix."""
 
     def __init__(self, engine: Engine, *, prefix: str = "solid_", options: dict[str, Any]) -> None:
@@ -169,6 +189,8 @@ class Store:
                 template.format(
                     actors=f"{self.prefix}actors",
                     messages=f"{self.prefix}messages",
+                    effects=f"{self.prefix}effects",
+                    reminders=f"{self.prefix}reminders",
                     now=self.dialect.now_ms,
                     for_update=self.dialect.for_update,
                 )
@@ -424,14 +446,20 @@ class Store:
         return [ReadyActor(int(r[0]), r[1], int(r[2])) for r in rows]
 
     def claim(self, tx: Tx, pk: int, generation: int, owner: str, lease_ms: int) -> Claimed | None:
-        """Take a free or expired lease (compare-and-set on the generation)."""
+        """Take a free or expired lease (compare-and-set on the generation).
+
+        A lease ``owner`` itself holds but no longer caches (an activation dropped after
+        a failed commit) may be retaken: the new token and generation fence out any
+        commit still in flight under the old ones.
+        """
         lease = Lease(pk, owner, new_token(), generation + 1)
         changed = tx.run(
             "UPDATE {actors} SET lease_owner = :owner, lease_token = :token, "
             "lease_generation = :gen + 1, lease_expires_at = {now} + :lease_ms, "
             "attempt = attempt + 1 "
             "WHERE pk = :pk AND lease_generation = :gen AND ready_at <= {now} "
-            "AND paused = 0 AND (lease_owner IS NULL OR lease_expires_at <= {now})",
+            "AND paused = 0 AND (lease_owner IS NULL OR lease_expires_at <= {now} "
+            "OR lease_owner = :owner)",
             {
                 "owner": owner,
                 "token": lease.token,
@@ -503,7 +531,8 @@ class Store:
         attempt: int,
         lease_ms: int,
         read_next: bool = True,
-    ) -> MessageRow | None:
+        staged: Staged | None = None,
+    ) -> Committed:
         """Commit the head message's outcome, fenced; return the next head, if any.
 
         ``status`` is completed, rejected or dead; ``state`` is None when the state
@@ -511,6 +540,7 @@ class Store:
         lease was lost, zero rows change and :class:`LeaseLost` rolls everything back.
         The same statement renews the lease, so a busy actor needs no separate renewal.
         ``read_next=False`` skips reading the next head when the caller already has it.
+        ``staged`` (effects, reminders, messages) is written in the same transaction.
         """
         assert message.seq is not None
         write_state = state is not None
@@ -542,7 +572,21 @@ class Store:
                 "id": message.id,
             },
         )
-        return self.head_message(tx, lease.pk, message.seq + 1) if read_next else None
+        outbound = (
+            self.write_staged(
+                tx,
+                actor_pk=lease.pk,
+                actor_type=message.actor_type,
+                actor_id=message.actor_id,
+                source_message_id=message.id,
+                staged=staged,
+                new_id=new_id,
+            )
+            if staged
+            else []
+        )
+        head = self.head_message(tx, lease.pk, message.seq + 1) if read_next else None
+        return Committed(head, outbound)
 
     def retry_later(
         self,
@@ -640,20 +684,17 @@ class Store:
             now=int(row[7]),
         )
 
-    def next_due(self, tx: Tx) -> tuple[int | None, int | None]:
-        """Milliseconds until an actor's backoff ends, and until the next delayed message.
-
-        The second is zero or negative when delayed messages are due now.
-        """
+    def next_due(self, tx: Tx) -> Due:
+        """Milliseconds until each kind of time-triggered work is due (<= 0: due now)."""
         row = tx.row(
             "SELECT (SELECT MIN(ready_at) FROM {actors} WHERE ready_at > {now}), "
-            "(SELECT MIN(available_at) FROM {messages} WHERE status = 'scheduled'), {now}"
+            "(SELECT MIN(available_at) FROM {messages} WHERE status = 'scheduled'), "
+            "(SELECT MIN(due_at) FROM {reminders}), "
+            "(SELECT MIN(available_at) FROM {effects} WHERE status IN ('pending', 'running')), "
+            "{now}"
         )
-        now = int(row[2])
-        return (
-            None if row[0] is None else int(row[0]) - now,
-            None if row[1] is None else int(row[1]) - now,
-        )
+        now = int(row[4])
+        return Due(*(None if v is None else int(v) - now for v in row[:4]))
 
     def destroy(self, tx: Tx, actor_type: str, actor_id: str) -> bool:
         """End an incarnation: pending messages become ``destroyed``; the row goes."""
@@ -669,4 +710,5 @@ class Store:
             {"pk": pk},
         )
         tx.run("DELETE FROM {actors} WHERE pk = :pk", {"pk": pk})
+        self.delete_reminders_of(tx, int(pk))
         return True

@@ -1,0 +1,236 @@
+"""Running staged effects: at least once, each with a stable id.
+
+An effect row exists if and only if the turn that staged it committed. The
+runner claims due effects (a claim is a deadline: a hung or killed handler's
+effect is taken over after ``effect_timeout``), runs the handler outside any
+transaction, then records the outcome only if its claim still holds, in the
+same transaction as the ``on_success`` / ``on_failure`` message to the actor.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ..codec import canonical_json, encode_json
+from ..errors import Rejected, error_document
+from ..options import Options
+from ..registry import EffectHandlers, Registry
+from ..store import EffectRow, Enqueued, Store, Tx
+from ..store.store import new_id
+from .turn import run_coroutine
+
+log = logging.getLogger("solid_objects.effects")
+
+
+@dataclass(frozen=True, slots=True)
+class EffectContext:
+    """What an effect handler knows about the effect it runs.
+
+    ``id`` is the same on every attempt: pass it to the receiver as the
+    idempotency key and the receiver can make the effect exactly once.
+    """
+
+    id: str
+    name: str
+    attempt: int
+    actor_type: str
+    actor_id: str
+    source_message_id: str
+
+
+class EffectRunner:
+    def __init__(
+        self,
+        store: Store,
+        actors: Registry,
+        handlers: EffectHandlers,
+        options: Options,
+        owner: str,
+        route: Callable[[list[Enqueued]], None],
+    ) -> None:
+        self.store = store
+        self.actors = actors
+        self.handlers = handlers
+        self.options = options
+        self.owner = owner
+        self.route = route
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._inflight = 0
+        self._stopped = True
+        self.on_idle_slot: Callable[[], None] = lambda: None
+
+    def start(self) -> None:
+        if self._executor is None and self.handlers.names():
+            self._stopped = False
+            self._executor = ThreadPoolExecutor(
+                self.options.effect_workers, thread_name_prefix="solid-effect"
+            )
+
+    def stop(self, timeout: float) -> None:
+        self._stopped = True
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            # Running handlers finish; their claims expire if they hang past shutdown.
+            executor.shutdown(wait=timeout > 0, cancel_futures=True)
+
+    def poll(self, *, inline: bool = False) -> int:
+        """Claim due effects and run them (in this thread when ``inline``)."""
+        names = self.handlers.names()
+        if not names:
+            return 0
+        if self._executor is None and not inline:
+            return 0
+        with self._lock:
+            free = self.options.effect_workers - self._inflight if not inline else 1000
+        if free <= 0:
+            return 0
+        with self.store.read() as tx:
+            due = self.store.due_effects(tx, names, free)
+        if not due:
+            return 0
+
+        def claim(tx: Tx) -> list[EffectRow]:
+            return [
+                e
+                for e in due
+                if self.store.claim_effect(
+                    tx, e, self.owner, int(self.options.effect_timeout * 1000)
+                )
+            ]
+
+        claimed = self.store.transact(claim)
+        for effect in claimed:
+            effect.attempts += 1
+            if inline or self._executor is None:
+                self._run(effect)
+                continue
+            with self._lock:
+                self._inflight += 1
+            self._executor.submit(self._run_and_release, effect)
+        return len(claimed)
+
+    def _run_and_release(self, effect: EffectRow) -> None:
+        try:
+            self._run(effect)
+        finally:
+            with self._lock:
+                self._inflight -= 1
+            self.on_idle_slot()
+
+    def _run(self, effect: EffectRow) -> None:
+        ctx = EffectContext(
+            effect.id,
+            effect.name,
+            effect.attempts,
+            effect.actor_type,
+            effect.actor_id,
+            effect.source_message_id,
+        )
+        arguments = json.loads(effect.arguments)
+        try:
+            handler = self.handlers.get(effect.name)
+            value = handler(ctx, **arguments)
+            if inspect.isawaitable(value):
+                value = run_coroutine(value)
+            result = encode_json(
+                value, what=f"result of effect {effect.name!r}", limit=self.options.max_result_bytes
+            )
+        except BaseException as exc:  # a handler must never take the runner down
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+            self._failed(effect, exc, permanent=isinstance(exc, Rejected))
+            return
+        self._record(effect, "done", result=result, error=None)
+
+    def _failed(self, effect: EffectRow, exc: BaseException, *, permanent: bool) -> None:
+        error = canonical_json(error_document(exc))
+        log.warning(
+            "effect %s %s attempt %d failed: %r",
+            effect.name,
+            effect.id,
+            effect.attempts,
+            exc,
+            extra={"solid_action": "effect_failed"},
+        )
+        if not permanent and effect.attempts < self.options.effect_max_attempts:
+            delay = self.options.retry_delay(effect.attempts)
+            self._record(effect, "pending", result=None, error=error, retry_in_ms=int(delay * 1000))
+        else:
+            self._record(effect, "dead", result=None, error=error)
+
+    def _record(
+        self,
+        effect: EffectRow,
+        status: str,
+        *,
+        result: str | None,
+        error: str | None,
+        retry_in_ms: int | None = None,
+    ) -> None:
+        callback = None
+        if retry_in_ms is None:
+            callback = effect.on_success if status == "done" else effect.on_failure
+        outcome = "success" if status == "done" else "failure"
+
+        def body(tx: Tx) -> list[Enqueued]:
+            if not self.store.finish_effect(
+                tx,
+                effect,
+                self.owner,
+                status=status,
+                result=result,
+                error=error,
+                retry_in_ms=retry_in_ms,
+            ):
+                log.warning("effect %s: claim lost to another runner; outcome dropped", effect.id)
+                return []
+            if callback is None:
+                return []
+            return [
+                self.store.enqueue(
+                    tx,
+                    message_id=new_id(),
+                    actor_type=effect.actor_type,
+                    actor_id=effect.actor_id,
+                    operation=callback,
+                    arguments=self._callback_arguments(effect, callback, result, error),
+                    idempotency_key=f"effect:{effect.id}:{outcome}",
+                    delay_ms=0,
+                    claim_for=None,
+                    lease_ms=0,
+                )
+            ]
+
+        try:
+            self.route(self.store.transact(body))
+        except Exception:
+            log.exception(
+                "could not record effect %s; it will run again after its claim expires", effect.id
+            )
+
+    def _callback_arguments(
+        self, effect: EffectRow, callback: str, result: str | None, error: str | None
+    ) -> str:
+        offered: dict[str, Any] = {
+            "effect_id": effect.id,
+            "arguments": json.loads(effect.arguments),
+        }
+        if result is not None:
+            offered["result"] = json.loads(result)
+        if error is not None:
+            offered["error"] = json.loads(error)
+        try:
+            operation = self.actors.get(effect.actor_type).operation(callback)
+        except LookupError:
+            operation = None
+        if operation is not None:
+            offered = {k: v for k, v in offered.items() if k in operation.names}
+        return canonical_json(offered)

@@ -1,0 +1,166 @@
+"""The poller: finds work this process did not enqueue itself, and keeps leases alive.
+
+One thread per runtime. Each round it reads the actors with due work (one
+indexed read), signals the ones this process holds and claims free ones
+(including leases this process still owns but no longer caches, so an
+activation dropped after a failed commit is never wedged). When nothing is
+found it reads when time-triggered work is next due (delayed messages,
+reminders, effects, retry backoffs) and sleeps until then, or at most
+``poll_interval``; a local commit that schedules earlier work wakes it. Every
+``lease_duration / 3`` it renews all leases of the process in one statement
+and releases activations idle for ``idle_timeout``. Idle, it writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from ..store import Claimed, Enqueued, Tx
+from ..store.store import new_id
+
+if TYPE_CHECKING:
+    from .worker import WorkerPool
+
+log = logging.getLogger("solid_objects.poller")
+
+_MIN_POLL = 0.002
+
+
+class Poller:
+    def __init__(self, pool: WorkerPool) -> None:
+        self.pool = pool
+        self.store = pool.store
+        self.options = pool.options
+        self._wake = threading.Event()
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self._loop, name="solid-poller", daemon=True)
+        thread.start()
+        return thread
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # --- one round --------------------------------------------------------------------
+
+    def poll_once(self, *, capacity: int) -> int:
+        """Signal held actors with new work and claim free ones; one read when idle."""
+        pool = self.pool
+        with self.store.read() as tx:
+            ready = self.store.find_ready(
+                tx, pool.owner, capacity + pool.held(), pool.registry.types()
+            )
+        claimable = [r for r in ready if not (r.lease_owner == pool.owner and pool.signal(r.pk))][
+            :capacity
+        ]
+        if not claimable:
+            return 0
+
+        def claim_all(tx: Tx) -> list[Claimed]:
+            got = (
+                self.store.claim(tx, r.pk, r.lease_generation, pool.owner, self.options.lease_ms)
+                for r in claimable
+            )
+            return [c for c in got if c is not None]
+
+        claimed = self.store.transact(claim_all)
+        for c in claimed:
+            pool.adopt(c)
+        return len(claimed)
+
+    def run_due(self, now_ms: int | None = None) -> int:
+        """Promote due delayed messages and fire due reminders (``now_ms``: test clock)."""
+        return self.promote_due(now_ms) + self.fire_reminders(now_ms)
+
+    def promote_due(self, now_ms: int | None = None) -> int:
+        with self.store.read() as tx:
+            due = self.store.due_scheduled(tx, now=now_ms)
+        if not due:
+            return 0
+        return self.store.transact(lambda tx: self.store.promote(tx, due))
+
+    def fire_reminders(self, now_ms: int | None = None) -> int:
+        types = self.pool.registry.types()
+        with self.store.read() as tx:
+            due = self.store.due_reminders(tx, types, now=now_ms, limit=100)
+        if not due:
+            return 0
+
+        def fire(tx: Tx) -> list[Enqueued]:
+            now = self.store.now(tx) if now_ms is None else now_ms
+            fired = (self.store.fire_reminder(tx, r, now=now, message_id=new_id()) for r in due)
+            return [e for e in fired if e is not None]
+
+        enqueued = self.store.transact(fire)
+        self.pool.route(enqueued)
+        return len(enqueued)
+
+    def maintain(self) -> int:
+        """Renew this process's leases in one statement; release idle activations."""
+        pool = self.pool
+        idle = pool.idle_since(time.monotonic() - self.options.idle_timeout)
+        if not idle and not pool.held():
+            return 0
+
+        def body(tx: Tx) -> None:
+            self.store.renew(tx, pool.owner, self.options.lease_ms)
+            for a in idle:
+                self.store.release(tx, a.lease)
+
+        self.store.transact(body)
+        return len(idle)
+
+    # --- the loop ---------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        from .worker import DB_ERRORS
+
+        pool = self.pool
+        interval = _MIN_POLL
+        renew_every = self.options.lease_duration / 3
+        next_maintenance = time.monotonic() + renew_every
+        while not pool.stopping:
+            found = 0
+            sleep = self.options.poll_interval
+            try:
+                capacity = max(0, 2 * self.options.workers - pool.queued())
+                found = self.poll_once(capacity=capacity)
+                if time.monotonic() >= next_maintenance:
+                    found += self.maintain()
+                    next_maintenance = time.monotonic() + renew_every
+                if not found:
+                    found, sleep = self._due_work()
+            except DB_ERRORS:
+                log.exception("poll failed; retrying")
+            except Exception:
+                log.exception("poller error")
+            if found:
+                interval = _MIN_POLL
+                continue
+            interval = min(interval * 2, self.options.poll_interval)
+            sleep = min(sleep, interval, next_maintenance - time.monotonic())
+            self._wake.wait(max(sleep, 0.0))
+            self._wake.clear()
+
+    def _due_work(self) -> tuple[int, float]:
+        """Run time-triggered work that is due; return (found, seconds until the next)."""
+        with self.store.read() as tx:
+            due = self.store.next_due(tx)
+        found = 0
+        if due.delayed_message is not None and due.delayed_message <= 0:
+            found += self.promote_due()
+        if due.reminder is not None and due.reminder <= 0:
+            found += self.fire_reminders()
+        if due.effect is not None and due.effect <= 0:
+            found += self.pool.effects.poll()
+        # Work that is due but not ours to run (types or effects this process does not
+        # know) must not make the loop spin: only future due times shorten the sleep.
+        future = [
+            ms / 1000
+            for ms in (due.actor_backoff, due.delayed_message, due.reminder, due.effect)
+            if ms is not None and ms > 0
+        ]
+        return found, min(future, default=self.options.poll_interval)

@@ -1,0 +1,227 @@
+"""Work a turn stages to commit with its state: effects, reminders, messages.
+
+Actor code calls ``self.emit``, ``self.schedule``, ``self.cancel_schedule`` and
+``self.send_to``; each validates its input at once (a bad call fails the turn
+deterministically) and appends to the current turn's :class:`Staged`. The
+worker writes everything in the same fenced transaction as the state, or
+nothing at all: an effect exists if and only if the turn that staged it
+committed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from .codec import check_identifier, encode_json
+from .errors import CallInsideTurn, InvalidArguments, NotInTurn, UnknownOperation
+
+__all__ = ["CallInsideTurn", "NotInTurn"]
+
+if TYPE_CHECKING:
+    from .definition import ActorDefinition
+
+#: Keyword arguments an ``on_success`` / ``on_failure`` operation may declare.
+SUCCESS_ARGUMENTS = frozenset({"effect_id", "arguments", "result"})
+FAILURE_ARGUMENTS = frozenset({"effect_id", "arguments", "error"})
+_LIMIT = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class StagedEffect:
+    id: str
+    name: str
+    arguments: str
+    on_success: str | None
+    on_failure: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class StagedReminder:
+    operation: str
+    key: str
+    arguments: str
+    #: Absolute due time (epoch ms), or None to use ``delay_ms`` from the commit's clock.
+    at_ms: int | None
+    delay_ms: int
+    every_ms: int | None
+    missed: Literal["latest", "all"]
+
+
+@dataclass(frozen=True, slots=True)
+class StagedMessage:
+    actor_type: str
+    actor_id: str
+    operation: str
+    arguments: str
+    idempotency_key: str | None
+    delay_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelledReminder:
+    operation: str
+    key: str
+
+
+@dataclass
+class Staged:
+    """Everything one turn asked to commit besides its state and result."""
+
+    definition: ActorDefinition
+    new_id: Callable[[], str]
+    effects: list[StagedEffect] = field(default_factory=list)
+    #: Schedules and cancellations, in the order the turn made them.
+    reminders: list[StagedReminder | CancelledReminder] = field(default_factory=list)
+    messages: list[StagedMessage] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.effects or self.reminders or self.messages)
+
+
+_current = threading.local()
+
+
+def current() -> Staged:
+    staged: Staged | None = getattr(_current, "staged", None)
+    if staged is None:
+        raise NotInTurn(
+            "emit(), schedule(), cancel_schedule() and send_to() can only be called while an "
+            "operation runs (not in a query, not outside the runtime)"
+        )
+    return staged
+
+
+def inside_turn() -> bool:
+    return getattr(_current, "staged", None) is not None
+
+
+class turn_scope:
+    """Context manager that makes ``staged`` the current turn's staging area."""
+
+    def __init__(self, staged: Staged | None) -> None:
+        self._staged = staged
+
+    def __enter__(self) -> Staged | None:
+        self._previous = getattr(_current, "staged", None)
+        _current.staged = self._staged
+        return self._staged
+
+    def __exit__(self, *exc: object) -> None:
+        _current.staged = self._previous
+
+
+def _milliseconds(value: timedelta | float | int, what: str) -> int:
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidArguments(f"{what} must be a timedelta or a number of seconds")
+    if seconds != seconds or seconds < 0:
+        raise InvalidArguments(f"{what} must not be negative")
+    return int(seconds * 1000)
+
+
+def _callback(definition: ActorDefinition, name: str | None, allowed: frozenset[str]) -> None:
+    if name is None:
+        return
+    operation = definition.operation(name)
+    if operation is None or operation.is_query:
+        raise UnknownOperation(f"{definition.actor_type} has no operation {name!r} to call back")
+    extra = set(operation.names) - allowed
+    if extra:
+        raise InvalidArguments(
+            f"callback {name}() may only take {sorted(allowed)}; it also takes {sorted(extra)}"
+        )
+
+
+def emit(name: str, on_success: str | None, on_failure: str | None, arguments: Any) -> str:
+    staged = current()
+    check_identifier(name, what="effect name")
+    _callback(staged.definition, on_success, SUCCESS_ARGUMENTS)
+    _callback(staged.definition, on_failure, FAILURE_ARGUMENTS)
+    text = encode_json(arguments, what=f"arguments of effect {name!r}", limit=_LIMIT)
+    effect_id = staged.new_id()
+    staged.effects.append(StagedEffect(effect_id, name, text, on_success, on_failure))
+    return effect_id
+
+
+def schedule(
+    operation: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    at: datetime | None,
+    delay: timedelta | float | None,
+    key: str | None,
+    every: timedelta | float | None,
+    missed: str,
+) -> None:
+    staged = current()
+    target = staged.definition.operation(operation)
+    if target is None or target.is_query:
+        raise UnknownOperation(f"{staged.definition.actor_type} has no operation {operation!r}")
+    if (at is None) == (delay is None):
+        raise InvalidArguments("schedule() takes exactly one of at= and delay=")
+    if missed not in ("latest", "all"):
+        raise InvalidArguments("missed must be 'latest' or 'all'")
+    at_ms = None
+    if at is not None:
+        if not isinstance(at, datetime):
+            raise InvalidArguments("at= must be a datetime")
+        at_ms = int((at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp() * 1000)
+    every_ms = None if every is None else _milliseconds(every, "every")
+    if every_ms is not None and every_ms < 1:
+        raise InvalidArguments("every must be at least one millisecond")
+    staged.reminders.append(
+        StagedReminder(
+            operation=operation,
+            key="" if key is None else check_identifier(key, what="reminder key"),
+            arguments=target.encode_arguments(args, kwargs, limit=_LIMIT),
+            at_ms=at_ms,
+            delay_ms=0 if delay is None else _milliseconds(delay, "delay"),
+            every_ms=every_ms,
+            missed=missed,  # type: ignore[arg-type]
+        )
+    )
+
+
+def cancel_schedule(operation: str, key: str | None) -> None:
+    staged = current()
+    if staged.definition.operation(operation) is None:
+        raise UnknownOperation(f"{staged.definition.actor_type} has no operation {operation!r}")
+    key = "" if key is None else check_identifier(key, what="reminder key")
+    staged.reminders.append(CancelledReminder(operation, key))
+
+
+def send_to(
+    target: ActorDefinition,
+    actor_id: str,
+    operation: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    delay: timedelta | float | None,
+    idempotency_key: str | None,
+) -> None:
+    staged = current()
+    check_identifier(actor_id)
+    op = target.operation(operation)
+    if op is None or op.is_query:
+        raise UnknownOperation(f"{target.actor_type} has no operation {operation!r}")
+    staged.messages.append(
+        StagedMessage(
+            actor_type=target.actor_type,
+            actor_id=actor_id,
+            operation=operation,
+            arguments=op.encode_arguments(args, kwargs, limit=_LIMIT),
+            idempotency_key=None
+            if idempotency_key is None
+            else check_identifier(idempotency_key, what="idempotency key"),
+            delay_ms=0 if delay is None else _milliseconds(delay, "delay"),
+        )
+    )

@@ -1,0 +1,311 @@
+"""SQL of the transactional outbox: staged effects, reminders, actor-to-actor messages.
+
+:class:`OutboxStatements` is mixed into :class:`~solid_objects.store.Store`.
+``write_staged`` runs inside a turn's fenced commit, after the fence UPDATE
+succeeded, so everything a turn staged commits with its state or not at all.
+Effects and reminders are then claimed and completed with conditional
+UPDATEs (on the claim owner and attempt, on the reminder's version), so a
+late or duplicate runner can never complete someone else's claim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..staging import CancelledReminder, Staged
+from .dialect import Tx
+
+if TYPE_CHECKING:
+    from .store import Enqueued
+
+
+@dataclass(slots=True)
+class EffectRow:
+    id: str
+    actor_pk: int
+    actor_type: str
+    actor_id: str
+    source_message_id: str
+    name: str
+    arguments: str
+    on_success: str | None
+    on_failure: str | None
+    attempts: int
+
+
+@dataclass(slots=True)
+class ReminderRow:
+    actor_pk: int
+    actor_type: str
+    actor_id: str
+    operation: str
+    key: str
+    arguments: str
+    due_at: int
+    every_ms: int | None
+    missed: str
+    version: int
+
+
+_EFFECT_COLS = (
+    "id, actor_pk, actor_type, actor_id, source_message_id, name, arguments, on_success, "
+    "on_failure, attempts"
+)
+_REMINDER_COLS = (
+    "actor_pk, actor_type, actor_id, operation, rkey, arguments, due_at, every_ms, missed, version"
+)
+
+
+def _in(names: Sequence[str], prefix: str) -> tuple[str, dict[str, Any]]:
+    placeholders = ", ".join(f":{prefix}{i}" for i in range(len(names)))
+    return placeholders, {f"{prefix}{i}": n for i, n in enumerate(names)}
+
+
+class OutboxStatements:
+    """Mixin: needs ``enqueue`` from the mailbox statements."""
+
+    enqueue: Callable[..., Enqueued]
+
+    # --- writing what a turn staged -------------------------------------------------
+
+    def write_staged(
+        self,
+        tx: Tx,
+        *,
+        actor_pk: int,
+        actor_type: str,
+        actor_id: str,
+        source_message_id: str,
+        staged: Staged,
+        new_id: Callable[[], str],
+    ) -> list[Enqueued]:
+        """Insert effects, apply reminder changes in order, enqueue outbound messages."""
+        for effect in staged.effects:
+            tx.run(
+                "INSERT INTO {effects} (id, actor_pk, actor_type, actor_id, source_message_id, "
+                "name, arguments, on_success, on_failure, status, attempts, available_at, "
+                "created_at) VALUES (:id, :pk, :t, :i, :src, :name, :args, :ok, :ko, 'pending', "
+                "0, {now}, {now})",
+                {
+                    "id": effect.id,
+                    "pk": actor_pk,
+                    "t": actor_type,
+                    "i": actor_id,
+                    "src": source_message_id,
+                    "name": effect.name,
+                    "args": effect.arguments,
+                    "ok": effect.on_success,
+                    "ko": effect.on_failure,
+                },
+            )
+        for change in staged.reminders:
+            where = {"pk": actor_pk, "op": change.operation, "key": change.key}
+            if isinstance(change, CancelledReminder):
+                tx.run(
+                    "DELETE FROM {reminders} WHERE actor_pk = :pk AND operation = :op "
+                    "AND rkey = :key",
+                    where,
+                )
+                continue
+            values = {
+                **where,
+                "t": actor_type,
+                "i": actor_id,
+                "args": change.arguments,
+                "at": change.at_ms,
+                "delay": change.delay_ms,
+                "every": change.every_ms,
+                "missed": change.missed,
+            }
+            moved = tx.run(
+                "UPDATE {reminders} SET arguments = :args, "
+                "due_at = COALESCE(:at, {now} + :delay), every_ms = :every, missed = :missed, "
+                "version = version + 1, updated_at = {now} "
+                "WHERE actor_pk = :pk AND operation = :op AND rkey = :key",
+                values,
+            )
+            if moved == 0:
+                tx.run(
+                    "INSERT INTO {reminders} (actor_pk, operation, rkey, actor_type, actor_id, "
+                    "arguments, due_at, every_ms, missed, version, created_at, updated_at) "
+                    "VALUES (:pk, :op, :key, :t, :i, :args, COALESCE(:at, {now} + :delay), "
+                    ":every, :missed, 1, {now}, {now})",
+                    values,
+                )
+        return [
+            self.enqueue(
+                tx,
+                message_id=new_id(),
+                actor_type=m.actor_type,
+                actor_id=m.actor_id,
+                operation=m.operation,
+                arguments=m.arguments,
+                idempotency_key=m.idempotency_key,
+                delay_ms=m.delay_ms,
+                claim_for=None,
+                lease_ms=0,
+            )
+            for m in staged.messages
+        ]
+
+    # --- effects --------------------------------------------------------------------
+
+    def due_effects(self, tx: Tx, names: Sequence[str], limit: int) -> list[EffectRow]:
+        """Effects this process can run that are pending, or whose runner's claim expired."""
+        if not names:
+            return []
+        placeholders, params = _in(names, "n")
+        rows = tx.rows(
+            f"SELECT {_EFFECT_COLS} FROM {{effects}} WHERE status IN ('pending', 'running') "
+            f"AND available_at <= {{now}} AND name IN ({placeholders}) "
+            "ORDER BY available_at LIMIT :limit",
+            {**params, "limit": limit},
+        )
+        return [
+            EffectRow(r[0], int(r[1]), r[2], r[3], r[4], r[5], r[6], r[7], r[8], int(r[9]))
+            for r in rows
+        ]
+
+    def claim_effect(self, tx: Tx, effect: EffectRow, owner: str, timeout_ms: int) -> bool:
+        """Take an effect for ``timeout_ms``; after that another runner may take it over."""
+        return (
+            tx.run(
+                "UPDATE {effects} SET status = 'running', claimed_by = :owner, "
+                "attempts = attempts + 1, available_at = {now} + :timeout "
+                "WHERE id = :id AND attempts = :attempts AND status IN ('pending', 'running') "
+                "AND available_at <= {now}",
+                {
+                    "owner": owner,
+                    "timeout": timeout_ms,
+                    "id": effect.id,
+                    "attempts": effect.attempts,
+                },
+            )
+            == 1
+        )
+
+    def finish_effect(
+        self,
+        tx: Tx,
+        effect: EffectRow,
+        owner: str,
+        *,
+        status: str,
+        result: str | None,
+        error: str | None,
+        retry_in_ms: int | None,
+    ) -> bool:
+        """Record an attempt's outcome if our claim still holds (owner and attempt match).
+
+        ``retry_in_ms`` puts the effect back to pending for another attempt.
+        """
+        if retry_in_ms is not None:
+            return (
+                tx.run(
+                    "UPDATE {effects} SET status = 'pending', claimed_by = NULL, error = :error, "
+                    "available_at = {now} + :delay WHERE id = :id AND claimed_by = :owner "
+                    "AND attempts = :attempts AND status = 'running'",
+                    {
+                        "error": error,
+                        "delay": retry_in_ms,
+                        "id": effect.id,
+                        "owner": owner,
+                        "attempts": effect.attempts,
+                    },
+                )
+                == 1
+            )
+        return (
+            tx.run(
+                "UPDATE {effects} SET status = :status, result = :result, error = :error, "
+                "completed_at = {now} WHERE id = :id AND claimed_by = :owner "
+                "AND attempts = :attempts AND status = 'running'",
+                {
+                    "status": status,
+                    "result": result,
+                    "error": error,
+                    "id": effect.id,
+                    "owner": owner,
+                    "attempts": effect.attempts,
+                },
+            )
+            == 1
+        )
+
+    # --- reminders ------------------------------------------------------------------
+
+    def due_reminders(
+        self, tx: Tx, types: Sequence[str], *, now: int | None, limit: int
+    ) -> list[ReminderRow]:
+        if not types:
+            return []
+        placeholders, params = _in(types, "t")
+        rows = tx.rows(
+            f"SELECT {_REMINDER_COLS} FROM {{reminders}} "
+            f"WHERE due_at <= COALESCE(:now, {{now}}) AND actor_type IN ({placeholders}) "
+            "ORDER BY due_at LIMIT :limit",
+            {**params, "now": now, "limit": limit},
+        )
+        return [
+            ReminderRow(
+                int(r[0]),
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                int(r[6]),
+                None if r[7] is None else int(r[7]),
+                r[8],
+                int(r[9]),
+            )
+            for r in rows
+        ]
+
+    def fire_reminder(
+        self, tx: Tx, reminder: ReminderRow, *, now: int, message_id: str
+    ) -> Enqueued | None:
+        """Enqueue the reminder's message and move it to its next occurrence (or remove it).
+
+        Conditional on the version read: if the actor rescheduled or cancelled it
+        meanwhile, this firing is dropped and the new schedule stands.
+        """
+        key = {
+            "pk": reminder.actor_pk,
+            "op": reminder.operation,
+            "key": reminder.key,
+            "v": reminder.version,
+        }
+        where = "WHERE actor_pk = :pk AND operation = :op AND rkey = :key AND version = :v"
+        if reminder.every_ms is None:
+            changed = tx.run("DELETE FROM {reminders} " + where, key)
+        else:
+            every = reminder.every_ms
+            if reminder.missed == "all":
+                next_due = reminder.due_at + every
+            else:  # the first occurrence after now: missed ones collapse into this firing
+                next_due = reminder.due_at + every * ((now - reminder.due_at) // every + 1)
+            changed = tx.run(
+                "UPDATE {reminders} SET due_at = :next, version = version + 1, "
+                "updated_at = {now} " + where,
+                {**key, "next": next_due},
+            )
+        if changed != 1:
+            return None
+        return self.enqueue(
+            tx,
+            message_id=message_id,
+            actor_type=reminder.actor_type,
+            actor_id=reminder.actor_id,
+            operation=reminder.operation,
+            arguments=reminder.arguments,
+            idempotency_key=None,
+            delay_ms=0,
+            claim_for=None,
+            lease_ms=0,
+        )
+
+    def delete_reminders_of(self, tx: Tx, actor_pk: int) -> None:
+        tx.run("DELETE FROM {reminders} WHERE actor_pk = :pk", {"pk": actor_pk})
