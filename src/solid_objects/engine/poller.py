@@ -18,7 +18,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from ..store import Claimed, Enqueued, Tx
+from ..store import Claimed, MessageRow, Tx
 from ..store.store import new_id
 
 if TYPE_CHECKING:
@@ -89,14 +89,14 @@ class Poller:
         if not due:
             return 0
 
-        def fire(tx: Tx) -> list[Enqueued]:
+        def fire(tx: Tx) -> list[MessageRow]:
             now = self.store.now(tx) if now_ms is None else now_ms
             fired = (self.store.fire_reminder(tx, r, now=now, message_id=new_id()) for r in due)
-            return [e for e in fired if e is not None]
+            return [m for m in fired if m is not None]
 
-        enqueued = self.store.transact(fire)
-        self.pool.route(enqueued)
-        return len(enqueued)
+        sent = self.store.transact(fire)
+        self.pool.deliver([(m.id, m.actor_pk) for m in sent])
+        return len(sent)
 
     def maintain(self) -> int:
         """Renew this process's leases in one statement; release idle activations."""

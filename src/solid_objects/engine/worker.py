@@ -186,6 +186,18 @@ class WorkerPool:
             if message.status != "queued" or not self.signal(message.actor_pk, message):
                 self.poller.wake()
 
+    def deliver(self, due: list[tuple[str, int]]) -> None:
+        """Promote messages sent as ``scheduled`` and due now into their mailboxes."""
+        if not due:
+            return
+        try:
+            self.store.transact(lambda tx: self.store.promote(tx, due))
+        except DB_ERRORS:
+            log.exception("could not deliver %d messages now; the poller will", len(due))
+        for _, pk in due:
+            if not self.signal(pk):
+                self.poller.wake()
+
     def _drop(self, act: Activation, *, release: bool = False) -> None:
         """Forget an activation; with ``release``, also give its lease back if still ours."""
         with self._cond:
@@ -311,6 +323,7 @@ class WorkerPool:
             if not pending:
                 break
             active = waiting
+            due_now: list[tuple[str, int]] = []
             for (act, message, outcome), committed in zip(
                 pending, self._commit(pending), strict=True
             ):
@@ -322,9 +335,12 @@ class WorkerPool:
                     self.waiters.resolve(
                         message.id, Outcome(outcome.kind, outcome.result, outcome.error)
                     )
-                if committed.outbound:
-                    self.route(committed.outbound)
-                if outcome.staged and (outcome.staged.effects or outcome.staged.reminders):
+                due_now.extend(committed.due_now)
+                if outcome.staged and (
+                    outcome.staged.effects
+                    or outcome.staged.reminders
+                    or len(committed.due_now) < len(committed.outbound)
+                ):
                     self.poller.wake()
                 if outcome.kind == "retry":
                     self._drop(act)  # the lease was released with the failure
@@ -336,6 +352,7 @@ class WorkerPool:
                     self._finish(act, requeue=act.head is not None)
                 else:
                     active.append(act)
+            self.deliver(due_now)
         return total
 
     def _advance(
@@ -441,7 +458,7 @@ class WorkerPool:
                 attempt=act.head_attempt,
                 delay_ms=int(delay * 1000),
             )
-            return Committed(None, [])
+            return Committed(None, [], [])
         completed = outcome.kind == "completed"
         return self.store.finish_turn(
             tx,

@@ -113,6 +113,10 @@ class Dialect:
             finally:
                 cursor.close()
 
+    def is_transient(self, error: BaseException | None) -> bool:
+        """A deadlock or serialization failure: the whole transaction may simply run again."""
+        return False
+
     def lock_for_install(self, conn: Connection) -> None:
         """Serialize concurrent ``install()`` calls from several processes."""
 
@@ -175,6 +179,10 @@ class PostgreSQLDialect(Dialect):
     now_ms = "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)"
     supports_skip_locked = True
 
+    def is_transient(self, error: BaseException | None) -> bool:
+        # deadlock_detected, serialization_failure
+        return getattr(error, "sqlstate", None) in ("40P01", "40001")
+
     def lock_for_install(self, conn: Connection) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(7310580462)"))
 
@@ -184,6 +192,11 @@ class MySQLDialect(Dialect):
     # SYSDATE(6) is the time the function runs; NOW(6) is the statement's start.
     now_ms = "CAST(FLOOR(UNIX_TIMESTAMP(SYSDATE(6)) * 1000) AS SIGNED)"
     supports_skip_locked = True
+
+    def is_transient(self, error: BaseException | None) -> bool:
+        # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
+        args: tuple[Any, ...] = tuple(getattr(error, "args", ()))
+        return bool(args) and args[0] in (1213, 1205)
 
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
         @event.listens_for(engine, "connect")

@@ -18,7 +18,7 @@ from ..staging import CancelledReminder, Staged
 from .dialect import Tx
 
 if TYPE_CHECKING:
-    from .store import Enqueued
+    from .store import Enqueued, MessageRow
 
 
 @dataclass(slots=True)
@@ -64,9 +64,10 @@ def _in(names: Sequence[str], prefix: str) -> tuple[str, dict[str, Any]]:
 
 
 class OutboxStatements:
-    """Mixin: needs ``enqueue`` from the mailbox statements."""
+    """Mixin: needs ``enqueue`` and ``enqueue_later`` from the mailbox statements."""
 
     enqueue: Callable[..., Enqueued]
+    enqueue_later: Callable[..., MessageRow]
 
     # --- writing what a turn staged -------------------------------------------------
 
@@ -80,8 +81,12 @@ class OutboxStatements:
         source_message_id: str,
         staged: Staged,
         new_id: Callable[[], str],
-    ) -> list[Enqueued]:
-        """Insert effects, apply reminder changes in order, enqueue outbound messages."""
+    ) -> list[MessageRow]:
+        """Insert effects, apply reminder changes in order, enqueue outbound messages.
+
+        Outbound messages go in as ``scheduled`` (``enqueue_later``): this commit holds
+        the sender's row lock and must not wait for the target's.
+        """
         for effect in staged.effects:
             tx.run(
                 "INSERT INTO {effects} (id, actor_pk, actor_type, actor_id, source_message_id, "
@@ -135,7 +140,7 @@ class OutboxStatements:
                     values,
                 )
         return [
-            self.enqueue(
+            self.enqueue_later(
                 tx,
                 message_id=new_id(),
                 actor_type=m.actor_type,
@@ -144,8 +149,6 @@ class OutboxStatements:
                 arguments=m.arguments,
                 idempotency_key=m.idempotency_key,
                 delay_ms=m.delay_ms,
-                claim_for=None,
-                lease_ms=0,
             )
             for m in staged.messages
         ]
@@ -266,11 +269,13 @@ class OutboxStatements:
 
     def fire_reminder(
         self, tx: Tx, reminder: ReminderRow, *, now: int, message_id: str
-    ) -> Enqueued | None:
-        """Enqueue the reminder's message and move it to its next occurrence (or remove it).
+    ) -> MessageRow | None:
+        """Move the reminder to its next occurrence (or remove it) and send its message.
 
         Conditional on the version read: if the actor rescheduled or cancelled it
-        meanwhile, this firing is dropped and the new schedule stands.
+        meanwhile, this firing is dropped and the new schedule stands. The message
+        goes in as ``scheduled`` and due (the reminder row is locked first here, the
+        actor row first in a turn's commit: taking both here could deadlock).
         """
         key = {
             "pk": reminder.actor_pk,
@@ -294,7 +299,7 @@ class OutboxStatements:
             )
         if changed != 1:
             return None
-        return self.enqueue(
+        return self.enqueue_later(
             tx,
             message_id=message_id,
             actor_type=reminder.actor_type,
@@ -303,8 +308,6 @@ class OutboxStatements:
             arguments=reminder.arguments,
             idempotency_key=None,
             delay_ms=0,
-            claim_for=None,
-            lease_ms=0,
         )
 
     def delete_reminders_of(self, tx: Tx, actor_pk: int) -> None:

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Engine
 
-from ..errors import IdempotencyConflict, LeaseLost
+from ..errors import DatabaseError, IdempotencyConflict, LeaseLost
 from ..staging import Staged
 from . import schema
 from .dialect import Dialect, Tx, dialect_for
@@ -29,6 +29,9 @@ from .outbox import OutboxStatements
 from .writer import GroupWriter
 
 T = TypeVar("T")
+
+#: How many times a transaction that lost a deadlock is run again.
+_TRANSIENT_RETRIES = 3
 
 TERMINAL = frozenset({"completed", "rejected", "dead", "destroyed"})
 
@@ -158,10 +161,15 @@ def _message(row: Sequence[Any], offset: int = 0) -> MessageRow:
 
 @dataclass(slots=True)
 class Committed:
-    """What a turn's commit produced: the next head (if read) and messages it enqueued."""
+    """What a turn's commit produced: the next head (if read) and messages it sent.
+
+    ``outbound`` messages are ``scheduled``; those in ``due_now`` should be promoted
+    into their mailboxes right away (see :meth:`Store.enqueue_later`).
+    """
 
     next_head: MessageRow | None
-    outbound: list[Enqueued]
+    outbound: list[MessageRow]
+    due_now: list[tuple[str, int]]
 
 
 class Store(OutboxStatements):
@@ -206,8 +214,17 @@ class Store(OutboxStatements):
         """
         if self._writer is not None:
             return self._writer.submit(body).result()
-        with self.dialect.write(self.engine, self.sql) as tx:
-            return body(tx)
+        for attempt in range(_TRANSIENT_RETRIES + 1):
+            try:
+                with self.dialect.write(self.engine, self.sql) as tx:
+                    return body(tx)
+            except DatabaseError as exc:
+                # Bodies are functions of the transaction alone, so a deadlock victim
+                # can simply run again.
+                if attempt == _TRANSIENT_RETRIES or not self.dialect.is_transient(exc.orig):
+                    raise
+                time.sleep(random.uniform(0.001, 0.01) * (attempt + 1))
+        raise AssertionError("unreachable")
 
     def transact_future(self, body: Callable[[Tx], T]) -> Future[T]:
         """Like :meth:`transact`, without waiting: the future completes after the commit.
@@ -258,6 +275,58 @@ class Store(OutboxStatements):
             tx.run(self._insert_actor(), params)
             row = tx.row(select, params)
         return row
+
+    def enqueue_later(
+        self,
+        tx: Tx,
+        *,
+        message_id: str,
+        actor_type: str,
+        actor_id: str,
+        operation: str,
+        arguments: str,
+        idempotency_key: str | None,
+        delay_ms: int,
+    ) -> MessageRow:
+        """Insert a message that enters its mailbox when :meth:`promote` moves it there.
+
+        Used inside another actor's commit (``send_to``) and when a reminder fires:
+        it takes no lock on the target actor's row, because taking one there could
+        deadlock with the target's own commit, which holds that row and may be
+        sending back. ``promote`` then runs as its own short transaction.
+        """
+        select = "SELECT pk, {now} FROM {actors} WHERE actor_type = :t AND actor_id = :i"
+        params = {"t": actor_type, "i": actor_id}
+        row = tx.row(select, params)
+        if row is None:
+            tx.run(self._insert_actor(), params)
+            row = tx.row(select, params)
+        pk, now = int(row[0]), int(row[1])
+        if idempotency_key is not None:
+            found = tx.row(
+                f"SELECT {_MSG_COLS} FROM {{messages}} "
+                "WHERE actor_pk = :pk AND idempotency_key = :k",
+                {"pk": pk, "k": idempotency_key},
+            )
+            if found is not None:
+                return _message(found)
+        message = MessageRow(
+            id=message_id,
+            actor_pk=pk,
+            actor_type=actor_type,
+            actor_id=actor_id,
+            seq=None,
+            operation=operation,
+            arguments=arguments,
+            idempotency_key=idempotency_key,
+            status="scheduled",
+            attempts=0,
+            result=None,
+            error=None,
+            available_at=now + max(delay_ms, 0),
+        )
+        self._insert_message(tx, message, now)
+        return message
 
     def _insert_actor(self) -> str:
         head = {"postgresql": "INSERT INTO", "mysql": "INSERT IGNORE INTO"}.get(
@@ -586,7 +655,12 @@ class Store(OutboxStatements):
             else []
         )
         head = self.head_message(tx, lease.pk, message.seq + 1) if read_next else None
-        return Committed(head, outbound)
+        due_now = [
+            (m.id, m.actor_pk)
+            for m, sent in zip(outbound, staged.messages if staged else [], strict=True)
+            if m.status == "scheduled" and sent.delay_ms <= 0
+        ]
+        return Committed(head, outbound, due_now)
 
     def retry_later(
         self,
