@@ -26,6 +26,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from .actor import Actor
 from .engine.client import Client
 from .engine.waiters import Waiters
+from .engine.wakeup import PostgresListener
 from .engine.worker import WorkerPool
 from .errors import ConfigurationError
 from .options import Options
@@ -100,6 +101,11 @@ class Runtime:
             self.store, self.registry, self.effects, self.options, self._waiters, self.owner
         )
         self._engine = Client(self.store, self._pool, self._waiters, self.options)
+        self._listener = (
+            PostgresListener(self.engine, self.store.channel, self._on_notification)
+            if self.store.dialect.notify_sql is not None
+            else None
+        )
         self._closed = False
         self._stop_requested = threading.Event()
         self.testing = Testing(self)
@@ -155,16 +161,30 @@ class Runtime:
     # --- lifecycle --------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start this process's worker threads (a no-op with ``workers=0``)."""
+        """Start this process's worker threads, and on PostgreSQL its LISTEN connection.
+
+        With ``workers=0`` only the listener starts, so callers here learn at once
+        when another process finished their message.
+        """
         if self._closed:
             raise ConfigurationError("this runtime is closed")
         self._engine.ensure_schema()
+        if self._listener is not None:
+            self._listener.start()
         if self.options.workers > 0:
             self._pool.start()
 
     def stop(self, timeout: float = 30.0) -> None:
         """Finish in-flight turns, then release every lease this process holds."""
         self._pool.stop(timeout)
+        if self._listener is not None:
+            self._listener.stop()
+
+    def _on_notification(self, payload: str) -> None:
+        if payload.startswith("d:"):
+            self._waiters.nudge(payload[2:])
+        else:
+            self._pool.poller.wake()
 
     def run(self) -> None:
         """Run workers until SIGTERM/SIGINT (or :meth:`request_stop`), then drain and exit."""

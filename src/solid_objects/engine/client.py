@@ -30,7 +30,7 @@ from ..errors import (
 from ..options import Options
 from ..store import Enqueued, Store
 from ..store.store import TERMINAL, new_id
-from .waiters import Outcome, Waiters
+from .waiters import NUDGE, Outcome, Waiters
 from .worker import WorkerPool
 
 if TYPE_CHECKING:
@@ -254,14 +254,19 @@ class Client:
         try:
             while True:
                 remaining = deadline - time.monotonic()
+                nudged = False
                 try:
-                    return self.settle(message, future.result(max(0.0, min(poll.delay, remaining))))
+                    outcome = future.result(max(0.0, min(poll.delay, remaining)))
+                    if outcome is not NUDGE:
+                        return self.settle(message, outcome)
+                    nudged = True
+                    future = self.waiters.register(message.id)
                 except FutureTimeout:
                     pass
-                if poll.should_read():
-                    outcome = self.outcome(message.id)
-                    if outcome is not None:
-                        return self.settle(message, outcome)
+                if nudged or poll.should_read():
+                    stored = self.outcome(message.id)
+                    if stored is not None:
+                        return self.settle(message, stored)
                 if remaining <= 0:
                     raise CallTimeout(self.diagnose(message.id, limit), message)
         finally:

@@ -53,11 +53,16 @@ class Poller:
             ready = self.store.find_ready(
                 tx, pool.owner, capacity + pool.held(), pool.registry.types()
             )
+        woken = pool.woken
         claimable = [r for r in ready if not (r.lease_owner == pool.owner and pool.signal(r.pk))][
             :capacity
         ]
+        # Work another process sent to an idle actor we hold counts as found: more may
+        # follow, so keep polling fast. (A signal to a running actor does not count, or
+        # the poller would spin through a long turn.)
+        found = pool.woken - woken
         if not claimable:
-            return 0
+            return found
 
         def claim_all(tx: Tx) -> list[Claimed]:
             got = (
@@ -69,7 +74,7 @@ class Poller:
         claimed = self.store.transact(claim_all)
         for c in claimed:
             pool.adopt(c)
-        return len(claimed)
+        return found + len(claimed)
 
     def run_due(self, now_ms: int | None = None) -> int:
         """Promote due delayed messages and fire due reminders (``now_ms``: test clock)."""

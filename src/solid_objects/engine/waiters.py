@@ -22,6 +22,10 @@ class Outcome:
     error: str | None
 
 
+#: Completes a waiter's future to make it read the message row now.
+NUDGE = Outcome("nudge", None, None)
+
+
 class Waiters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -48,6 +52,16 @@ class Waiters:
     def where(self, message_id: str) -> Literal["enqueueing", "local", "remote"]:
         """Where the message is; "remote" (read the database) when not known."""
         return self._where.get(message_id, "remote")
+
+    def has(self, message_id: str) -> bool:
+        return message_id in self._futures
+
+    def nudge(self, message_id: str) -> None:
+        """Another process finished this message: wake its waiter to read the row now."""
+        with self._lock:
+            future = self._futures.pop(message_id, None)
+        if future is not None and not future.done():
+            future.set_result(NUDGE)
 
     def forget(self, message_id: str) -> None:
         with self._lock:

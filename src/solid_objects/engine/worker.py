@@ -63,6 +63,8 @@ class WorkerPool:
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
         self.running = False
+        #: Idle activations put back on the run queue by :meth:`signal` (for the poller).
+        self.woken = 0
         self.effects = EffectRunner(store, registry, effects, options, owner, self.route)
         self.poller = Poller(self)
         self.effects.on_idle_slot = self.poller.wake
@@ -174,6 +176,7 @@ class WorkerPool:
             if act.status == "idle":
                 act.status = "queued"
                 self._queue.append(act)
+                self.woken += 1
                 self._cond.notify()
             elif act.status == "running":
                 act.signaled = True
@@ -473,6 +476,7 @@ class WorkerPool:
             lease_ms=self.options.lease_ms,
             read_next=read,
             staged=outcome.staged if completed else None,
+            notify_done=not self.waiters.has(message.id),
         )
 
     # --- testing ----------------------------------------------------------------------

@@ -65,6 +65,8 @@ class Dialect:
     named_style = "pyformat"
     #: Whether writes go through one group-commit thread (see ``store.writer``).
     group_commit = False
+    #: A statement that notifies listeners when the transaction commits, if supported.
+    notify_sql: str | None = None
     begin_sql = "BEGIN"
 
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
@@ -178,6 +180,7 @@ class PostgreSQLDialect(Dialect):
     name = "postgresql"
     now_ms = "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)"
     supports_skip_locked = True
+    notify_sql = "SELECT pg_notify(:channel, :payload)"
 
     def is_transient(self, error: BaseException | None) -> bool:
         # deadlock_detected, serialization_failure

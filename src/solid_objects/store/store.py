@@ -181,6 +181,8 @@ class Store(OutboxStatements):
         self.dialect: Dialect = dialect_for(engine)
         self.dialect.configure(engine, options)
         self._sql: dict[str, str] = {}
+        #: The LISTEN/NOTIFY channel of this table prefix (PostgreSQL).
+        self.channel = f"{prefix}wake"
         self._writer = (
             GroupWriter(engine, self.sql, self.dialect.begin_sql)
             if self.dialect.group_commit
@@ -260,6 +262,14 @@ class Store(OutboxStatements):
 
     def now(self, tx: Tx) -> int:
         return int(tx.scalar("SELECT {now}"))
+
+    def notify(self, tx: Tx, payload: str) -> None:
+        """Tell other processes, when this transaction commits (PostgreSQL only).
+
+        ``w``: there is new work; ``d:<message id>``: that message finished.
+        """
+        if self.dialect.notify_sql is not None:
+            tx.row(self.dialect.notify_sql, {"channel": self.channel, "payload": payload})
 
     # --- enqueue ----------------------------------------------------------------------
 
@@ -427,6 +437,8 @@ class Store(OutboxStatements):
                     params,
                 )
         self._insert_message(tx, message, now)
+        if lease is None and (claim_for is None or owner != claim_for):
+            self.notify(tx, "w")  # a worker elsewhere holds it, or will claim it
         claimed = None if lease is None else self.load_claimed(tx, lease)
         return Enqueued(message, existing=False, claimed=claimed)
 
@@ -490,6 +502,8 @@ class Store(OutboxStatements):
                 "UPDATE {messages} SET seq = :seq WHERE id = :id", {"seq": seq, "id": message_id}
             )
             moved += 1
+        if moved:
+            self.notify(tx, "w")
         return moved
 
     # --- claim ------------------------------------------------------------------------
@@ -601,6 +615,7 @@ class Store(OutboxStatements):
         lease_ms: int,
         read_next: bool = True,
         staged: Staged | None = None,
+        notify_done: bool = False,
     ) -> Committed:
         """Commit the head message's outcome, fenced; return the next head, if any.
 
@@ -610,6 +625,7 @@ class Store(OutboxStatements):
         The same statement renews the lease, so a busy actor needs no separate renewal.
         ``read_next=False`` skips reading the next head when the caller already has it.
         ``staged`` (effects, reminders, messages) is written in the same transaction.
+        ``notify_done`` tells a caller waiting in another process (PostgreSQL).
         """
         assert message.seq is not None
         write_state = state is not None
@@ -654,6 +670,8 @@ class Store(OutboxStatements):
             if staged
             else []
         )
+        if notify_done:
+            self.notify(tx, f"d:{message.id}")
         head = self.head_message(tx, lease.pk, message.seq + 1) if read_next else None
         due_now = [
             (m.id, m.actor_pk)

@@ -1,0 +1,1 @@
+"""Small applications that the tests run in real worker and caller processes."""
