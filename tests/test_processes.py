@@ -32,7 +32,7 @@ import pytest
 
 from solid_objects import Runtime
 from solid_objects.errors import CallTimeout
-from tests.apps.procapp import AppendLog, Tally, read_journal
+from tests.apps.procapp import AppendLog, Tally, Welcome, read_journal
 
 pytestmark = pytest.mark.slow
 
@@ -561,3 +561,45 @@ def test_sigterm_finishes_the_turn_releases_leases_and_exits_0(cluster: Cluster)
     assert took < lease / 3, f"B took {took:.1f}s to take the actor: the lease was not released"
     assert log.snapshot() == {"items": [0, 1, 2, 3, 4]}
     assert b.alive()
+
+
+# --- 6. the article's email: killed after the commit, and after the send ----------------
+
+
+def test_killed_after_the_commit_another_worker_sends_with_the_same_id(cluster: Cluster) -> None:
+    """The decision committed; its worker dies mid-send; another worker drains the effect.
+
+    The handler is entered by two processes with the same ``ctx.id`` (the mail
+    provider's idempotency key), and the actor's decision was made once.
+    """
+    rt = cluster.caller()
+    options: dict[str, Any] = {"workers": 1, "effect_timeout": 1.0, "lease_duration": 1.0}
+    (first,) = cluster.start_workers(1, **options).values()
+    cluster.gate.touch()
+    journal = str(cluster.journal)
+    user = rt.ref(Welcome, "ann@example.com")
+    assert user.send_email(gate=str(cluster.gate), journal=journal) == "sent"
+
+    def sends() -> list[dict[str, Any]]:
+        return [e for e in read_journal(cluster.journal) if e["event"].startswith("send:")]
+
+    started = wait_until(sends, STEP, "the effect handler to start")[0]
+    assert started["pid"] == first.pid
+    os.kill(first.pid, signal.SIGKILL)  # killed after the send began, before it was recorded
+    first.kill()
+    (second,) = cluster.start_workers(1, **options).values()
+    cluster.gate.unlink()
+    done = wait_until(
+        lambda: [e for e in read_journal(cluster.journal) if e["event"].startswith("sent:")],
+        STEP,
+        "the effect to be sent by the second worker",
+    )
+    assert [e["pid"] for e in done] == [second.pid]
+    ids = {e["event"].split(":", 1)[1] for e in sends() + done}
+    assert len(ids) == 1  # the same ctx.id on both attempts
+    assert [e["pid"] for e in sends()] == [first.pid, second.pid]
+    assert user.snapshot() == {"status": "sent"}
+    assert user.send_email() == "sent"  # a second job finds the decision made
+    with rt.store.read() as tx:
+        assert tx.scalar("SELECT COUNT(*) FROM solid_effects") == 1
+        assert tx.scalar("SELECT status FROM solid_effects") == "done"

@@ -28,7 +28,7 @@ import os
 import time
 from typing import Any
 
-from solid_objects import Actor, Runtime
+from solid_objects import Actor, EffectContext, Runtime
 
 #: Longest a turn waits on its gate file, so a forgotten gate never hangs a worker forever.
 GATE_LIMIT = 30.0
@@ -78,6 +78,30 @@ class AppendLog(Actor):
         return {"length": len(self.items), "pid": os.getpid()}
 
 
+class Welcome(Actor):
+    """The article's onboarding decision: one commit stages the email."""
+
+    status: str = "unsent"
+
+    def send_email(self, gate: str | None = None, journal: str | None = None) -> str:
+        if self.status == "unsent":
+            self.status = "sent"
+            self.emit("deliver", email=self.actor_id, gate=gate, journal=journal)
+        return self.status
+
+
+def deliver(ctx: EffectContext, email: str, gate: str | None, journal: str | None) -> None:
+    """The mail provider call: journals each attempt's ctx.id, may block on the gate."""
+    if journal is not None:
+        record(journal, f"send:{ctx.id}", email, ctx.attempt)
+    if gate is not None:
+        deadline = time.monotonic() + GATE_LIMIT
+        while os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    if journal is not None:
+        record(journal, f"sent:{ctx.id}", email, ctx.attempt)
+
+
 class Tally(Actor):
     """A counter: N concurrent calls must return 1..N, each exactly once."""
 
@@ -98,6 +122,8 @@ def build_runtime(**overrides: Any) -> Runtime:
     runtime = Runtime(url, **options)
     runtime.register(AppendLog)
     runtime.register(Tally)
+    runtime.register(Welcome)
+    runtime.effect("deliver")(deliver)
     return runtime
 
 
