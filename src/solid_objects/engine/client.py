@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
+from .. import faults
 from ..codec import decode_json
 from ..definition import ActorDefinition, Operation
 from ..errors import (
@@ -28,7 +29,7 @@ from ..errors import (
     error_from_document,
 )
 from ..options import Options
-from ..store import Enqueued, Store
+from ..store import Enqueued, Store, Tx
 from ..store.store import TERMINAL, new_id
 from .waiters import NUDGE, Outcome, Waiters
 from .worker import WorkerPool
@@ -169,8 +170,8 @@ class Client:
         arguments = operation.encode_arguments(args, kwargs, limit=self.options.max_payload_bytes)
         self.ensure_schema()
         claim = self.pool.running and self.options.workers > 0
-        future = self.store.transact_future(
-            lambda tx: self.store.enqueue(
+        def body(tx: Tx) -> Enqueued:
+            enqueued = self.store.enqueue(
                 tx,
                 message_id=message_id,
                 actor_type=definition.actor_type,
@@ -182,7 +183,10 @@ class Client:
                 claim_for=self.pool.owner if claim else None,
                 lease_ms=self.options.lease_ms,
             )
-        )
+            faults.point("enqueue.body")
+            return enqueued
+
+        future = self.store.transact_future(body)
         future.add_done_callback(self._route)
         return future
 
@@ -190,6 +194,7 @@ class Client:
         """After the enqueue committed: hand the message to a local worker if we hold it."""
         if done.exception() is not None:
             return
+        faults.point("enqueue.committed")
         enqueued = done.result()
         message = enqueued.message
         if enqueued.claimed is not None:

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from .. import faults
 from ..codec import canonical_json, encode_json
 from ..errors import Rejected, error_document
 from ..options import Options
@@ -107,6 +108,7 @@ class EffectRunner:
             ]
 
         claimed = self.store.transact(claim)
+        faults.point("effect.claimed")
         for effect in claimed:
             effect.attempts += 1
             if inline or self._executor is None:
@@ -148,6 +150,7 @@ class EffectRunner:
                 raise
             self._failed(effect, exc, permanent=isinstance(exc, Rejected))
             return
+        faults.point("effect.handled")
         self._record(effect, "done", result=result, error=None)
 
     def _failed(self, effect: EffectRow, exc: BaseException, *, permanent: bool) -> None:
@@ -210,7 +213,9 @@ class EffectRunner:
             ]
 
         try:
-            self.route(self.store.transact(body))
+            enqueued = self.store.transact(body)
+            faults.point("effect.recorded")
+            self.route(enqueued)
         except Exception:
             log.exception(
                 "could not record effect %s; it will run again after its claim expires", effect.id

@@ -18,6 +18,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from .. import faults
 from ..store import Claimed, MessageRow, Tx
 from ..store.store import new_id
 
@@ -72,6 +73,7 @@ class Poller:
             return [c for c in got if c is not None]
 
         claimed = self.store.transact(claim_all)
+        faults.point("claim.committed")
         for c in claimed:
             pool.adopt(c)
         return found + len(claimed)
@@ -100,6 +102,7 @@ class Poller:
             return [m for m in fired if m is not None]
 
         sent = self.store.transact(fire)
+        faults.point("reminder.fired")
         self.pool.deliver([(m.id, m.actor_pk) for m in sent])
         return len(sent)
 
@@ -109,6 +112,8 @@ class Poller:
         idle = pool.idle_since(time.monotonic() - self.options.idle_timeout)
         if not idle and not pool.held():
             return 0
+
+        faults.point("lease.renew")
 
         def body(tx: Tx) -> None:
             self.store.renew(tx, pool.owner, self.options.lease_ms)

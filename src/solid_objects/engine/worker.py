@@ -20,6 +20,7 @@ from collections import deque
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from .. import faults
 from ..errors import DatabaseError, LeaseLost
 from ..options import Options
 from ..registry import EffectHandlers, Registry
@@ -120,6 +121,7 @@ class WorkerPool:
 
     def release_all(self) -> None:
         """Give back every lease of this process, cached or orphaned."""
+        faults.point("shutdown.release")
         with self._cond:
             self._activations.clear()
             self._queue.clear()
@@ -197,6 +199,7 @@ class WorkerPool:
             self.store.transact(lambda tx: self.store.promote(tx, due))
         except DB_ERRORS:
             log.exception("could not deliver %d messages now; the poller will", len(due))
+        faults.point("promote.committed")
         for _, pk in due:
             if not self.signal(pk):
                 self.poller.wake()
@@ -325,6 +328,7 @@ class WorkerPool:
                 pending.append((act, act.head, self._run_turn(act, act.head)))
             if not pending:
                 break
+            faults.point("turn.executed")
             active = waiting
             due_now: list[tuple[str, int]] = []
             for (act, message, outcome), committed in zip(
@@ -434,6 +438,7 @@ class WorkerPool:
                 except LeaseLost as exc:
                     log.warning("%s", exc, extra={"solid_action": "lease_lost"})
                     results.append(None)
+            faults.point("commit.body")
             return results
 
         try:
@@ -443,6 +448,7 @@ class WorkerPool:
             for act, _, _ in pending:
                 self._drop(act, release=True)
             return [None] * len(pending)
+        faults.point("commit.committed")
         for (act, _, _), committed in zip(pending, results, strict=True):
             if committed is None:
                 self._drop(act)
