@@ -84,6 +84,16 @@ class Actor:
         """
         return staging.emit(name, _name(on_success), _name(on_failure), arguments)
 
+    def commit_action(self, name: str, /, **arguments: Any) -> None:
+        """Stage a write to the application's own tables, in this turn's commit.
+
+        The handler registered with ``@runtime.commit_action(name)`` runs inside the
+        same fenced transaction as the state, as ``handler(ctx, **arguments)`` with
+        ``ctx.connection`` a SQLAlchemy connection on that transaction: both commit,
+        or neither does.
+        """
+        staging.commit_action(name, arguments)
+
     def schedule(
         self,
         *,

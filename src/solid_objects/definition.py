@@ -50,6 +50,7 @@ RESERVED_NAMES = frozenset(
         "schedule",
         "cancel_schedule",
         "send_to",
+        "commit_action",
         "current_message",
         "on_activate",
         "on_deactivate",

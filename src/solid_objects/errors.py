@@ -81,6 +81,10 @@ class Unauthorized(SolidObjectsError):
     """The application's policy refused this call."""
 
 
+class ApplicationWriteForbidden(SolidObjectsError):
+    """Actor code used the runtime's engine directly; stage a commit action instead."""
+
+
 class NotInTurn(SolidObjectsError):
     """``emit``/``schedule``/``send_to`` was called outside an operation (e.g. in a query)."""
 
@@ -166,6 +170,7 @@ _STORED: dict[str, type[SolidObjectsError]] = {
         InvalidState,
         NotInTurn,
         CallInsideTurn,
+        ApplicationWriteForbidden,
     )
 }
 

@@ -47,29 +47,30 @@ class Registry:
         return self._types
 
 
-class EffectHandlers:
-    """Effect handlers by name: ``handler(ctx, **arguments)``, ``def`` or ``async def``."""
+class NamedHandlers:
+    """Handlers by name: effect handlers and commit actions, ``handler(ctx, **arguments)``."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
         self._lock = threading.Lock()
         self._handlers: dict[str, Callable[..., Any]] = {}
         self._names: tuple[str, ...] = ()
 
     def register(self, name: str, handler: Callable[..., Any]) -> None:
-        check_identifier(name, what="effect name")
+        check_identifier(name, what=f"{self.kind} name")
         if not callable(handler):
-            raise TypeError(f"effect handler for {name!r} is not callable")
+            raise TypeError(f"{self.kind} handler for {name!r} is not callable")
         with self._lock:
             known = self._handlers.get(name)
             if known is not None and known is not handler:
-                raise ValueError(f"effect {name!r} already has a handler: {known!r}")
+                raise ValueError(f"{self.kind} {name!r} already has a handler: {known!r}")
             self._handlers[name] = handler
             self._names = tuple(sorted(self._handlers))
 
     def get(self, name: str) -> Callable[..., Any]:
         handler = self._handlers.get(name)
         if handler is None:
-            raise LookupError(f"no handler for effect {name!r} in this process")
+            raise LookupError(f"no handler for {self.kind} {name!r} in this process")
         return handler
 
     def names(self) -> tuple[str, ...]:

@@ -19,19 +19,20 @@ from functools import partial
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from . import staging
 from .actor import Actor
 from .engine.client import Client
 from .engine.waiters import Waiters
 from .engine.wakeup import PostgresListener
 from .engine.worker import WorkerPool
-from .errors import ConfigurationError
+from .errors import ApplicationWriteForbidden, ConfigurationError
 from .options import Options
 from .ref import AsyncRef, MessageReference, Ref
-from .registry import EffectHandlers, Registry
+from .registry import NamedHandlers, Registry
 from .store import Store
 from .store.store import new_owner
 from .testing import AsyncTesting, Testing
@@ -75,6 +76,15 @@ def _create_engine(database: str | URL | Engine, options: Options) -> Engine:
         raise ConfigurationError(f"invalid database URL {url!r}: {exc}") from None
 
 
+def _refuse_inside_turn(*_: Any) -> None:
+    """Actor code may not write through the runtime's engine behind the commit's back."""
+    if staging.inside_turn():
+        raise ApplicationWriteForbidden(
+            "actor operations may not use the runtime's database connection directly: "
+            "stage the write with self.commit_action(name, ...) so it commits with the turn"
+        )
+
+
 class Runtime:
     """Durable actors in one database, for this process.
 
@@ -94,12 +104,20 @@ class Runtime:
             },
         )
         self.registry = Registry()
-        self.effects = EffectHandlers()
+        self.effects = NamedHandlers("effect")
+        self.commit_actions = NamedHandlers("commit action")
         self.owner = new_owner()
         self._waiters = Waiters()
         self._pool = WorkerPool(
-            self.store, self.registry, self.effects, self.options, self._waiters, self.owner
+            self.store,
+            self.registry,
+            self.effects,
+            self.commit_actions,
+            self.options,
+            self._waiters,
+            self.owner,
         )
+        event.listen(self.engine, "before_cursor_execute", _refuse_inside_turn)
         self._engine = Client(self.store, self._pool, self._waiters, self.options)
         self._listener = (
             PostgresListener(self.engine, self.store.channel, self._on_notification)
@@ -135,6 +153,22 @@ class Runtime:
             self.effects.register(name, handler)
             if self._pool.running:
                 self._pool.effects.start()
+            return handler
+
+        return register
+
+    def commit_action(self, name: str) -> Callable[[H], H]:
+        """Register a commit action: ``@runtime.commit_action("record_order")``.
+
+        Actor code stages it with ``self.commit_action(name, **arguments)``; the
+        handler runs as ``handler(ctx, **arguments)`` inside the turn's fenced
+        transaction, writing through ``ctx.connection`` (a SQLAlchemy connection on
+        that transaction), so the application's rows and the actor's state commit
+        together or not at all.
+        """
+
+        def register(handler: H) -> H:
+            self.commit_actions.register(name, handler)
             return handler
 
         return register

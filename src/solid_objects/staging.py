@@ -62,6 +62,14 @@ class StagedMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class StagedAction:
+    """A write to the application's own tables, run inside the turn's commit."""
+
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
 class CancelledReminder:
     operation: str
     key: str
@@ -73,13 +81,16 @@ class Staged:
 
     definition: ActorDefinition
     new_id: Callable[[], str]
+    #: Commit actions registered in this process (a turn may stage only these).
+    action_names: tuple[str, ...] = ()
     effects: list[StagedEffect] = field(default_factory=list)
+    actions: list[StagedAction] = field(default_factory=list)
     #: Schedules and cancellations, in the order the turn made them.
     reminders: list[StagedReminder | CancelledReminder] = field(default_factory=list)
     messages: list[StagedMessage] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.effects or self.reminders or self.messages)
+        return bool(self.effects or self.reminders or self.messages or self.actions)
 
 
 _current = threading.local()
@@ -148,6 +159,17 @@ def emit(name: str, on_success: str | None, on_failure: str | None, arguments: A
     effect_id = staged.new_id()
     staged.effects.append(StagedEffect(effect_id, name, text, on_success, on_failure))
     return effect_id
+
+
+def commit_action(name: str, arguments: Any) -> None:
+    staged = current()
+    if name not in staged.action_names:
+        raise UnknownOperation(
+            f"no commit action {name!r} is registered in this process "
+            f"(register it with @runtime.commit_action({name!r}))"
+        )
+    text = encode_json(arguments, what=f"arguments of commit action {name!r}", limit=_LIMIT)
+    staged.actions.append(StagedAction(name, text))
 
 
 def schedule(

@@ -22,7 +22,7 @@ from .. import faults
 from ..codec import canonical_json, encode_json
 from ..errors import Rejected, error_document
 from ..options import Options
-from ..registry import EffectHandlers, Registry
+from ..registry import NamedHandlers, Registry
 from ..store import EffectRow, Enqueued, Store, Tx
 from ..store.store import new_id
 from .turn import run_coroutine
@@ -51,7 +51,7 @@ class EffectRunner:
         self,
         store: Store,
         actors: Registry,
-        handlers: EffectHandlers,
+        handlers: NamedHandlers,
         options: Options,
         owner: str,
         route: Callable[[list[Enqueued]], None],

@@ -69,6 +69,7 @@ def execute(
     committed_state: str | None,
     message: MessageRow,
     limits: Limits,
+    action_names: tuple[str, ...] = (),
 ) -> TurnOutcome:
     """Run ``message`` on ``instance`` and describe what to commit.
 
@@ -84,7 +85,7 @@ def execute(
             ),
             deterministic=True,
         )
-    staged = Staged(definition, new_id)
+    staged = Staged(definition, new_id, action_names)
     try:
         arguments = operation.decode_arguments(message.arguments)
         with turn_scope(staged):

@@ -23,8 +23,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from .. import faults
 from ..errors import DatabaseError, LeaseLost
 from ..options import Options
-from ..registry import EffectHandlers, Registry
+from ..registry import NamedHandlers, Registry
 from ..store import Claimed, Committed, Enqueued, MessageRow, Store, Tx
+from .actions import run_actions
 from .activation import Activation
 from .effects import EffectRunner
 from .turn import Limits, TurnOutcome, execute, failure
@@ -45,7 +46,8 @@ class WorkerPool:
         self,
         store: Store,
         registry: Registry,
-        effects: EffectHandlers,
+        effects: NamedHandlers,
+        actions: NamedHandlers,
         options: Options,
         waiters: Waiters,
         owner: str,
@@ -54,6 +56,7 @@ class WorkerPool:
 
         self.store = store
         self.registry = registry
+        self.actions = actions
         self.options = options
         self.waiters = waiters
         self.owner = owner
@@ -412,7 +415,14 @@ class WorkerPool:
                 )
                 return failure(error, deterministic=False)
         assert act.definition is not None
-        return execute(act.definition, act.instance, act.state_json, message, self.limits)
+        return execute(
+            act.definition,
+            act.instance,
+            act.state_json,
+            message,
+            self.limits,
+            self.actions.names(),
+        )
 
     def _commit(
         self, pending: list[tuple[Activation, MessageRow, TurnOutcome]]
@@ -469,7 +479,9 @@ class WorkerPool:
             )
             return Committed(None, [], [])
         completed = outcome.kind == "completed"
-        return self.store.finish_turn(
+        staged = outcome.staged if completed else None
+        savepoint = tx.savepoint() if staged is not None and staged.actions else None
+        committed = self.store.finish_turn(
             tx,
             act.lease,
             message,
@@ -481,9 +493,30 @@ class WorkerPool:
             attempt=act.head_attempt,
             lease_ms=self.options.lease_ms,
             read_next=read,
-            staged=outcome.staged if completed else None,
+            staged=staged,
             notify_done=not self.waiters.has(message.id),
         )
+        if savepoint is None or staged is None:
+            return committed
+        try:
+            run_actions(self.store.engine, self.actions, tx, message, staged.actions)
+        except Exception as exc:
+            # Undo the turn's writes, then record the failure like any failed turn.
+            savepoint.rollback()
+            log.warning(
+                "commit action of %s %r failed: %r",
+                act.actor_type,
+                act.actor_id,
+                exc,
+                extra={"solid_action": "commit_action_failed"},
+            )
+            failed = failure(exc, deterministic=False)
+            if act.head_attempt >= self.options.max_attempts:
+                failed.kind = "dead"
+            outcome.kind, outcome.error, outcome.staged = failed.kind, failed.error, None
+            return self._commit_turn(tx, act, message, outcome, read)
+        savepoint.release()
+        return committed
 
     # --- testing ----------------------------------------------------------------------
 

@@ -28,11 +28,17 @@ class Tx:
     URL parsing, dialects and DDL.
     """
 
-    __slots__ = ("_cursor", "_render")
+    __slots__ = ("_cursor", "_render", "connection")
 
-    def __init__(self, cursor: Any, render: Any) -> None:
+    def __init__(self, cursor: Any, render: Any, connection: Any) -> None:
         self._cursor = cursor
         self._render = render
+        #: The pooled DB-API connection this transaction runs on (for commit actions).
+        self.connection = connection
+
+    def savepoint(self) -> _Savepoint:
+        """A nested transaction: undo this part alone with ``rollback()``."""
+        return _Savepoint(self._cursor)
 
     def run(self, template: str, params: Mapping[str, Any] | None = None) -> int:
         """Execute a statement; return the number of rows it changed."""
@@ -50,6 +56,23 @@ class Tx:
     def scalar(self, template: str, params: Mapping[str, Any] | None = None) -> Any:
         row = self.row(template, params)
         return None if row is None else row[0]
+
+
+class _Savepoint:
+    _depth = 0
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+        _Savepoint._depth += 1
+        self._name = f"solid_sp{_Savepoint._depth}"
+        cursor.execute(f"SAVEPOINT {self._name}")
+
+    def release(self) -> None:
+        self._cursor.execute(f"RELEASE SAVEPOINT {self._name}")
+
+    def rollback(self) -> None:
+        self._cursor.execute(f"ROLLBACK TO SAVEPOINT {self._name}")
+        self.release()
 
 
 class Dialect:
@@ -98,7 +121,7 @@ class Dialect:
             cursor = raw.cursor()
             try:
                 self.begin(raw)
-                yield Tx(cursor, render)
+                yield Tx(cursor, render, raw)
                 raw.commit()
             except BaseException:
                 raw.rollback()
@@ -111,7 +134,7 @@ class Dialect:
         with self._checkout(engine) as raw:
             cursor = raw.cursor()
             try:
-                yield Tx(cursor, render)
+                yield Tx(cursor, render, raw)
             finally:
                 cursor.close()
 

@@ -110,7 +110,7 @@ class GroupWriter:
     def _run_batch(self, raw: Any, batch: list[tuple[Callable[[Tx], Any], Future[Any]]]) -> None:
         driver = raw.driver_connection
         cursor = raw.cursor()
-        tx = Tx(cursor, self._render)
+        tx = Tx(cursor, self._render, raw)
         outcomes: list[tuple[bool, Any]] = []
         driver.execute(self._begin_sql)
         try:
