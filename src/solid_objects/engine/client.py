@@ -170,6 +170,7 @@ class Client:
         arguments = operation.encode_arguments(args, kwargs, limit=self.options.max_payload_bytes)
         self.ensure_schema()
         claim = self.pool.running and self.options.workers > 0
+
         def body(tx: Tx) -> Enqueued:
             enqueued = self.store.enqueue(
                 tx,
