@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from .. import faults
 from ..codec import decode_json
@@ -23,6 +26,7 @@ from ..definition import ActorDefinition, Operation
 from ..errors import (
     ActorDestroyed,
     CallTimeout,
+    DatabaseError,
     MessageNotFound,
     MessagePending,
     RuntimeNotStarted,
@@ -36,6 +40,8 @@ from .worker import WorkerPool
 
 if TYPE_CHECKING:
     from ..ref import CallOptions, MessageReference
+
+log = logging.getLogger("solid_objects.client")
 
 _FIRST_POLL = 0.002
 _MAX_POLL = 0.05
@@ -226,6 +232,18 @@ class Client:
             return None
         return Outcome(row.status, row.result, row.error)
 
+    def poll_outcome(self, message_id: str) -> Outcome | None:
+        """:meth:`outcome` for a waiting caller: a failed read is retried, not raised.
+
+        The message is durable; a dropped connection or a restarting server must not
+        turn a call that will complete into an error. The deadline still applies.
+        """
+        try:
+            return self.outcome(message_id)
+        except (DatabaseError, SQLAlchemyError) as exc:
+            log.debug("reading message %s failed (%r); will retry", message_id, exc)
+            return None
+
     def status(self, message_id: str) -> str:
         with self.store.read() as tx:
             row = self.store.message(tx, message_id)
@@ -270,7 +288,7 @@ class Client:
                 except FutureTimeout:
                     pass
                 if nudged or poll.should_read():
-                    stored = self.outcome(message.id)
+                    stored = self.poll_outcome(message.id)
                     if stored is not None:
                         return self.settle(message, stored)
                 if remaining <= 0:
@@ -293,7 +311,7 @@ class Client:
                 if done:
                     return self.settle(message, future.result())
                 if poll.should_read():
-                    outcome = await run(self.outcome, message.id)
+                    outcome = await run(self.poll_outcome, message.id)
                     if outcome is not None:
                         return self.settle(message, outcome)
                 if remaining <= 0:
