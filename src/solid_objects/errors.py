@@ -41,9 +41,20 @@ class SchemaTooNew(SolidObjectsError):
 class DatabaseError(SolidObjectsError):
     """The database driver failed; ``orig`` is the driver's exception."""
 
-    def __init__(self, message: str, orig: BaseException | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        orig: BaseException | None = None,
+        *,
+        disconnect: bool = False,
+        commit_unknown: bool = False,
+    ) -> None:
         super().__init__(message)
         self.orig = orig
+        #: The connection was lost (it has been discarded from the pool).
+        self.disconnect = disconnect
+        #: The failure came from COMMIT itself: the transaction may have committed.
+        self.commit_unknown = commit_unknown
 
 
 class RuntimeNotStarted(SolidObjectsError):

@@ -64,6 +64,9 @@ def _create_engine(database: str | URL | Engine, options: Options) -> Engine:
     else:
         kwargs["pool_size"] = options.workers + 4
         kwargs["max_overflow"] = 32
+        # Pre-ping costs a round trip per checkout but keeps reads from failing on a
+        # pooled connection the server closed; a write whose connection dies before
+        # COMMIT runs again on a fresh one (Store.transact).
         kwargs["pool_pre_ping"] = True
         kwargs["pool_recycle"] = 1800
     try:

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Connection, Engine, event, text
+from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import ConfigurationError, DatabaseError
 
@@ -102,13 +103,22 @@ class Dialect:
 
     @contextmanager
     def _checkout(self, engine: Engine) -> Iterator[Any]:
-        raw = engine.raw_connection()
+        try:
+            raw = engine.raw_connection()
+        except (SQLAlchemyError, engine.dialect.loaded_dbapi.Error) as exc:
+            raise DatabaseError(f"cannot connect: {exc}", exc, disconnect=True) from exc
         try:
             yield raw
         except engine.dialect.loaded_dbapi.Error as exc:
-            if engine.dialect.is_disconnect(exc, raw.driver_connection, None):
+            disconnect = engine.dialect.is_disconnect(exc, raw.driver_connection, None)
+            if disconnect:
                 raw.invalidate(exc)
-            raise DatabaseError(f"{type(exc).__name__}: {exc}", exc) from exc
+            raise DatabaseError(
+                f"{type(exc).__name__}: {exc}",
+                exc,
+                disconnect=disconnect,
+                commit_unknown=getattr(exc, "solid_during_commit", False),
+            ) from exc
         finally:
             raw.close()
 
@@ -122,12 +132,19 @@ class Dialect:
             try:
                 self.begin(raw)
                 yield Tx(cursor, render, raw)
-                raw.commit()
             except BaseException:
-                raw.rollback()
+                try:
+                    raw.rollback()
+                finally:
+                    cursor.close()
                 raise
-            finally:
-                cursor.close()
+            cursor.close()
+            try:
+                raw.commit()
+            except engine.dialect.loaded_dbapi.Error as exc:
+                # The server may or may not have committed: never re-run this one.
+                exc.solid_during_commit = True  # type: ignore[attr-defined]
+                raise
 
     @contextmanager
     def read(self, engine: Engine, render: Any) -> Iterator[Tx]:

@@ -221,9 +221,13 @@ class Store(OutboxStatements):
                 with self.dialect.write(self.engine, self.sql) as tx:
                     return body(tx)
             except DatabaseError as exc:
-                # Bodies are functions of the transaction alone, so a deadlock victim
-                # can simply run again.
-                if attempt == _TRANSIENT_RETRIES or not self.dialect.is_transient(exc.orig):
+                # Bodies are functions of the transaction alone, so a deadlock victim, or
+                # a transaction whose connection died before COMMIT was sent (it rolled
+                # back), can simply run again. A failure *during* COMMIT is never re-run.
+                retry = self.dialect.is_transient(exc.orig) or (
+                    exc.disconnect and not exc.commit_unknown
+                )
+                if attempt == _TRANSIENT_RETRIES or not retry:
                     raise
                 time.sleep(random.uniform(0.001, 0.01) * (attempt + 1))
         raise AssertionError("unreachable")

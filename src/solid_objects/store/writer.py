@@ -92,7 +92,10 @@ class GroupWriter:
                 batch.append(job)
             try:
                 if raw is None:
-                    raw = self._engine.raw_connection()
+                    try:
+                        raw = self._engine.raw_connection()
+                    except Exception as exc:
+                        raise DatabaseError(f"cannot connect: {exc}", exc, disconnect=True) from exc
                 self._run_batch(raw, batch)
             except BaseException as exc:  # the commit itself failed: nothing is durable
                 log.warning("group commit of %d transactions failed: %r", len(batch), exc)
