@@ -123,7 +123,7 @@ class Runtime:
         event.listen(self.engine, "before_cursor_execute", _refuse_inside_turn)
         self._engine = Client(self.store, self._pool, self._waiters, self.options)
         self._listener = (
-            PostgresListener(self.engine, self.store.channel, self._on_notification)
+            PostgresListener(self.engine, lambda: self.store.channel, self._on_notification)
             if self.store.dialect.notify_sql is not None
             else None
         )

@@ -274,6 +274,7 @@ class Client:
         limit = self.options.call_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         future: Future[Outcome] = self.waiters.register(message.id)
+        self._mark_if_local(message)
         poll = _Poll(self.waiters, message.id)
         try:
             while True:
@@ -303,6 +304,7 @@ class Client:
         limit = self.options.call_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         future = asyncio.wrap_future(self.waiters.register(message.id))
+        self._mark_if_local(message)
         poll = _Poll(self.waiters, message.id)
         try:
             while True:
@@ -318,6 +320,13 @@ class Client:
                     raise CallTimeout(await run(self.diagnose, message.id, limit), message)
         finally:
             self.waiters.forget(message.id)
+
+    def _mark_if_local(self, message: MessageReference[Any]) -> None:
+        """A message sent earlier to an actor this process runs: wait on the future."""
+        if self.waiters.where(message.id) == "remote" and self.pool.holds_identity(
+            message.actor_type, message.actor_id
+        ):
+            self.waiters.mark(message.id, local=True)
 
     def diagnose(self, message_id: str, waited: float) -> str:
         """Say what a timed-out call is waiting on, for the CallTimeout message."""

@@ -55,9 +55,16 @@ class Poller:
                 tx, pool.owner, capacity + pool.held(), pool.registry.types()
             )
         woken = pool.woken
-        claimable = [r for r in ready if not (r.lease_owner == pool.owner and pool.signal(r.pk))][
-            :capacity
-        ]
+        claimable = []
+        for r in ready:
+            if r.lease_owner != pool.owner:
+                claimable.append(r)
+            else:
+                # Ours: new work for a cached actor. One we own but do not cache is
+                # being adopted right now (by the enqueue that claimed it), or was
+                # dropped after a failed commit and is left to expire.
+                pool.signal(r.pk)
+        claimable = claimable[:capacity]
         # Work another process sent to an idle actor we hold counts as found: more may
         # follow, so keep polling fast. (A signal to a running actor does not count, or
         # the poller would spin through a long turn.)
@@ -110,13 +117,14 @@ class Poller:
         """Renew this process's leases in one statement; release idle activations."""
         pool = self.pool
         idle = pool.idle_since(time.monotonic() - self.options.idle_timeout)
-        if not idle and not pool.held():
+        held = pool.held_pks()
+        if not idle and not held:
             return 0
 
         faults.point("lease.renew")
 
         def body(tx: Tx) -> None:
-            self.store.renew(tx, pool.owner, self.options.lease_ms)
+            self.store.renew(tx, pool.owner, held, self.options.lease_ms)
             for a in idle:
                 self.store.release(tx, a.lease)
 

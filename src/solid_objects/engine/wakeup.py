@@ -23,7 +23,9 @@ log = logging.getLogger("solid_objects.wakeup")
 
 
 class PostgresListener:
-    def __init__(self, engine: Engine, channel: str, on_payload: Callable[[str], None]) -> None:
+    def __init__(
+        self, engine: Engine, channel: Callable[[], str], on_payload: Callable[[str], None]
+    ) -> None:
         self._engine = engine
         self._channel = channel
         self._on_payload = on_payload
@@ -49,7 +51,7 @@ class PostgresListener:
         args, kwargs = self._engine.dialect.create_connect_args(self._engine.url)
         kwargs.pop("context", None)
         conn = psycopg.connect(*args, **kwargs, autocommit=True)
-        conn.execute(f'LISTEN "{self._channel}"')
+        conn.execute(f'LISTEN "{self._channel()}"')
         return conn
 
     def _run(self) -> None:

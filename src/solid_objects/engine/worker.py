@@ -63,6 +63,8 @@ class WorkerPool:
         self.limits = Limits(options.max_result_bytes, options.max_state_bytes)
         self._cond = threading.Condition()
         self._activations: dict[int, Activation] = {}
+        #: The same activations by (actor_type, actor_id), for callers that know no pk.
+        self._identities: dict[tuple[str, str], Activation] = {}
         self._queue: deque[Activation] = deque()
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
@@ -127,6 +129,7 @@ class WorkerPool:
         faults.point("shutdown.release")
         with self._cond:
             self._activations.clear()
+            self._identities.clear()
             self._queue.clear()
         try:
             self.store.transact(lambda tx: self.store.release_all(tx, self.owner))
@@ -142,6 +145,14 @@ class WorkerPool:
 
     def held(self) -> int:
         return len(self._activations)
+
+    def held_pks(self) -> list[int]:
+        with self._cond:
+            return list(self._activations)
+
+    def holds_identity(self, actor_type: str, actor_id: str) -> bool:
+        with self._cond:
+            return (actor_type, actor_id) in self._identities
 
     def queued(self) -> int:
         return len(self._queue)
@@ -160,6 +171,7 @@ class WorkerPool:
         )
         with self._cond:
             self._activations[act.pk] = act
+            self._identities[(act.actor_type, act.actor_id)] = act
             act.status = "queued"
             self._queue.append(act)
             self._cond.notify()
@@ -212,6 +224,8 @@ class WorkerPool:
         with self._cond:
             if self._activations.get(act.pk) is act:
                 del self._activations[act.pk]
+                if self._identities.get((act.actor_type, act.actor_id)) is act:
+                    del self._identities[(act.actor_type, act.actor_id)]
         if release:
             try:
                 self.store.transact(lambda tx: self.store.release(tx, act.lease))
@@ -255,6 +269,8 @@ class WorkerPool:
             ]
             for a in idle:
                 del self._activations[a.pk]
+                if self._identities.get((a.actor_type, a.actor_id)) is a:
+                    del self._identities[(a.actor_type, a.actor_id)]
         return idle
 
     # --- running turns ----------------------------------------------------------------

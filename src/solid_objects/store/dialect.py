@@ -96,6 +96,15 @@ class Dialect:
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
         """Install per-connection settings on the library's own engine."""
 
+    def unindexed(self, column: str) -> str:
+        """``column`` in a form the planner will not pick an index for (SQLite only).
+
+        SQLite's planner, without statistics, would serve the claim scan from the
+        (actor_type, actor_id) index and sort every actor; the ``ready_at`` index
+        reads only actors with due work.
+        """
+        return column
+
     def render(self, template: str) -> str:
         if self.named_style == "named":
             return template
@@ -195,6 +204,9 @@ class SQLiteDialect(Dialect):
             cur.execute(f"PRAGMA synchronous={synchronous}")
             cur.execute(f"PRAGMA busy_timeout={busy_ms}")
             cur.close()
+
+    def unindexed(self, column: str) -> str:
+        return f"+{column}"
 
     def begin(self, raw: Any) -> None:
         # Writers take the write lock up front, so two writers never deadlock on a

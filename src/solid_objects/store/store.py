@@ -9,6 +9,7 @@ database clock), and the caller checks that exactly one row changed.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import secrets
@@ -181,8 +182,7 @@ class Store(OutboxStatements):
         self.dialect: Dialect = dialect_for(engine)
         self.dialect.configure(engine, options)
         self._sql: dict[str, str] = {}
-        #: The LISTEN/NOTIFY channel of this table prefix (PostgreSQL).
-        self.channel = f"{prefix}wake"
+        self._channel: str | None = None
         self._writer = (
             GroupWriter(engine, self.sql, self.dialect.begin_sql)
             if self.dialect.group_commit
@@ -266,6 +266,20 @@ class Store(OutboxStatements):
 
     def now(self, tx: Tx) -> int:
         return int(tx.scalar("SELECT {now}"))
+
+    @property
+    def channel(self) -> str:
+        """The LISTEN/NOTIFY channel of these tables (PostgreSQL).
+
+        Notifications are per database, not per schema: the channel names the schema
+        too, so applications in other schemas of the same database are not woken.
+        """
+        if self._channel is None:
+            with self.read() as tx:
+                where = str(tx.scalar("SELECT current_database() || '.' || current_schema()"))
+            digest = hashlib.sha1(where.encode()).hexdigest()[:10]
+            self._channel = f"{self.prefix}wake_{digest}"
+        return self._channel
 
     def notify(self, tx: Tx, payload: str) -> None:
         """Tell other processes, when this transaction commits (PostgreSQL only).
@@ -515,6 +529,8 @@ class Store(OutboxStatements):
     def find_ready(self, tx: Tx, owner: str, limit: int, types: Sequence[str]) -> list[ReadyActor]:
         """Actors of ``types`` with due work, free to claim or already leased by ``owner``.
 
+        ``lease_owner`` is reported only for a lease that has not expired.
+
         A worker only claims the types it can run, so a process that does not know a
         type (a rolling deploy) leaves its messages to one that does.
         """
@@ -524,29 +540,25 @@ class Store(OutboxStatements):
         params: dict[str, Any] = {f"t{i}": t for i, t in enumerate(types)}
         params.update(owner=owner, limit=limit)
         rows = tx.rows(
-            "SELECT pk, lease_owner, lease_generation FROM {actors} "
+            "SELECT pk, CASE WHEN lease_expires_at <= {now} THEN NULL ELSE lease_owner END, "
+            "lease_generation FROM {actors} "
             "WHERE ready_at <= {now} AND paused = 0 AND (lease_owner IS NULL "
             "OR lease_expires_at <= {now} OR lease_owner = :owner) "
-            f"AND actor_type IN ({names}) ORDER BY ready_at LIMIT :limit",
+            f"AND {self.dialect.unindexed('actor_type')} IN ({names}) "
+            "ORDER BY ready_at LIMIT :limit",
             params,
         )
         return [ReadyActor(int(r[0]), r[1], int(r[2])) for r in rows]
 
     def claim(self, tx: Tx, pk: int, generation: int, owner: str, lease_ms: int) -> Claimed | None:
-        """Take a free or expired lease (compare-and-set on the generation).
-
-        A lease ``owner`` itself holds but no longer caches (an activation dropped after
-        a failed commit) may be retaken: the new token and generation fence out any
-        commit still in flight under the old ones.
-        """
+        """Take a free or expired lease (compare-and-set on the generation)."""
         lease = Lease(pk, owner, new_token(), generation + 1)
         changed = tx.run(
             "UPDATE {actors} SET lease_owner = :owner, lease_token = :token, "
             "lease_generation = :gen + 1, lease_expires_at = {now} + :lease_ms, "
             "attempt = attempt + 1 "
             "WHERE pk = :pk AND lease_generation = :gen AND ready_at <= {now} "
-            "AND paused = 0 AND (lease_owner IS NULL OR lease_expires_at <= {now} "
-            "OR lease_owner = :owner)",
+            "AND paused = 0 AND (lease_owner IS NULL OR lease_expires_at <= {now})",
             {
                 "owner": owner,
                 "token": lease.token,
@@ -713,13 +725,25 @@ class Store(OutboxStatements):
             {"attempt": attempt, "error": error, "id": message.id},
         )
 
-    def renew(self, tx: Tx, owner: str, lease_ms: int) -> int:
-        """Extend every unexpired lease of ``owner`` in one statement."""
-        return tx.run(
-            "UPDATE {actors} SET lease_expires_at = {now} + :lease_ms "
-            "WHERE lease_owner = :owner AND lease_expires_at > {now}",
-            {"owner": owner, "lease_ms": lease_ms},
-        )
+    def renew(self, tx: Tx, owner: str, pks: Sequence[int], lease_ms: int) -> int:
+        """Extend the unexpired leases of ``owner`` on ``pks``, 500 per statement.
+
+        Only leases the process still caches: one it dropped (after a failed commit)
+        must expire so that any process, this one included, can claim it again.
+        """
+        renewed = 0
+        for start in range(0, len(pks), 500):
+            chunk = pks[start : start + 500]
+            placeholders = ", ".join(f":p{i}" for i in range(len(chunk)))
+            params: dict[str, Any] = {f"p{i}": pk for i, pk in enumerate(chunk)}
+            params.update(owner=owner, lease_ms=lease_ms)
+            renewed += tx.run(
+                "UPDATE {actors} SET lease_expires_at = {now} + :lease_ms "
+                f"WHERE lease_owner = :owner AND lease_expires_at > {{now}} "
+                f"AND pk IN ({placeholders})",
+                params,
+            )
+        return renewed
 
     _RELEASE = (
         "UPDATE {actors} SET lease_owner = NULL, lease_token = NULL, "
