@@ -25,6 +25,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from . import staging
 from .actor import Actor
+from .admin import Administration
 from .engine.client import Client
 from .engine.waiters import Waiters
 from .engine.wakeup import PostgresListener
@@ -130,6 +131,8 @@ class Runtime:
         self._closed = False
         self._stop_requested = threading.Event()
         self.testing = Testing(self)
+        #: The administration API; denies everything until ``admin.set_policy(...)``.
+        self.admin = Administration(self)
 
     # --- setup ------------------------------------------------------------------------
 

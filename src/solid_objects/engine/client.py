@@ -310,9 +310,13 @@ class Client:
             while True:
                 remaining = deadline - time.monotonic()
                 done, _ = await asyncio.wait({future}, timeout=max(0.0, min(poll.delay, remaining)))
+                nudged = False
                 if done:
-                    return self.settle(message, future.result())
-                if poll.should_read():
+                    if future.result() is not NUDGE:
+                        return self.settle(message, future.result())
+                    nudged = True  # another process finished it: read the row now
+                    future = asyncio.wrap_future(self.waiters.register(message.id))
+                if nudged or poll.should_read():
                     outcome = await run(self.poll_outcome, message.id)
                     if outcome is not None:
                         return self.settle(message, outcome)

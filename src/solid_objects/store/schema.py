@@ -25,10 +25,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 
 from ..errors import SchemaNotInstalled, SchemaTooNew
+from .admin import define_admin_tables, migrate_admin_tables
 from .dialect import Dialect
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def _ident(length: int) -> String:
@@ -179,6 +180,7 @@ def build_metadata(prefix: str) -> MetaData:
         Column("updated_at", BigInteger, nullable=False),
         Index(f"{prefix}reminders_due", "due_at"),
     )
+    define_admin_tables(md, prefix)
     return md
 
 
@@ -197,8 +199,17 @@ def _migrate_to_2(conn: Connection, md: MetaData) -> None:
     _create(conn, md, "effects", "reminders")
 
 
+def _migrate_to_3(conn: Connection, md: MetaData) -> None:
+    """Administration: audit log, dead-letter resolutions, index of dead effects."""
+    migrate_admin_tables(conn, md)
+
+
 #: Ordered migrations: entry ``n`` brings the schema from version ``n`` to ``n + 1``.
-MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [_migrate_to_1, _migrate_to_2]
+MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
+    _migrate_to_1,
+    _migrate_to_2,
+    _migrate_to_3,
+]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

@@ -25,6 +25,7 @@ from sqlalchemy import Engine
 from ..errors import DatabaseError, IdempotencyConflict, LeaseLost
 from ..staging import Staged
 from . import schema
+from .admin import AdminStatements
 from .dialect import Dialect, Tx, dialect_for
 from .outbox import OutboxStatements
 from .writer import GroupWriter
@@ -173,7 +174,7 @@ class Committed:
     due_now: list[tuple[str, int]]
 
 
-class Store(OutboxStatements):
+class Store(OutboxStatements, AdminStatements):
     """The database side of Solid Objects, for one engine and table prefix."""
 
     def __init__(self, engine: Engine, *, prefix: str = "solid_", options: dict[str, Any]) -> None:

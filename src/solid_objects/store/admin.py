@@ -1,0 +1,856 @@
+"""SQL of the administration API: dead letters, actors, effects, status, audit.
+
+:class:`AdminStatements` is mixed into :class:`~solid_objects.store.Store`.
+Reads run on ``Store.read()`` connections; every write runs inside one
+``Store.transact()`` body together with its audit record, so a change and the
+record of who made it commit together or not at all.
+
+Two tables belong to this module (schema version 3, see
+:func:`define_admin_tables`):
+
+- ``{prefix}audit``: one row per change made through the administration API
+  (who, what, when, which target, details as JSON).
+- ``{prefix}resolutions``: what an operator did with a dead letter
+  (``retried`` with the id of the new message, or ``discarded``). The dead
+  message itself keeps ``status = 'dead'``, because its original caller may
+  still read that outcome; a dead letter with a resolution no longer lists
+  as open.
+
+Every write here first checks the target's state and returns a ``kind`` that
+says why nothing was done, before writing anything; the caller decides whether
+that is an error (and raises inside the transaction body to roll back a batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from sqlalchemy import BigInteger, Column, Index, MetaData, String, Table, Text, text
+
+from .dialect import Dialect, Tx
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection, Engine
+
+    from .store import Enqueued
+
+
+# --- schema (version 3) ---------------------------------------------------------------
+
+
+def define_admin_tables(md: MetaData, prefix: str) -> None:
+    """Add the administration tables, and the dead-effects index, to ``md``.
+
+    ``md`` must already hold the ``{prefix}effects`` table (``schema.build_metadata``).
+    """
+    from .schema import _big_text, _ident  # lazy: schema imports this module
+
+    if f"{prefix}audit" in md.tables:
+        return
+    Table(
+        f"{prefix}audit",
+        md,
+        # Time-ordered (store.new_id), so the primary key is also the log's order.
+        Column("id", String(32), primary_key=True),
+        Column("at", BigInteger, nullable=False),
+        Column("principal", _ident(255), nullable=False),
+        Column("action", String(64), nullable=False),
+        # message | effect | actor
+        Column("target_kind", String(16), nullable=False),
+        Column("target_id", _ident(255), nullable=False),
+        Column("actor_type", _ident(128), nullable=True),
+        Column("actor_id", _ident(255), nullable=True),
+        Column("detail", _big_text(), nullable=True),
+        Index(f"{prefix}audit_target", "target_kind", "target_id"),
+        sqlite_with_rowid=False,
+    )
+    Table(
+        f"{prefix}resolutions",
+        md,
+        Column("message_id", String(32), primary_key=True),
+        # retried | discarded
+        Column("resolution", String(16), nullable=False),
+        Column("retry_message_id", String(32), nullable=True),
+        Column("principal", _ident(255), nullable=False),
+        Column("reason", Text(), nullable=True),
+        Column("resolved_at", BigInteger, nullable=False),
+        sqlite_with_rowid=False,
+    )
+    Index(
+        f"{prefix}effects_dead",
+        md.tables[f"{prefix}effects"].c.status,
+        md.tables[f"{prefix}effects"].c.completed_at,
+        sqlite_where=text("status = 'dead'"),
+        postgresql_where=text("status = 'dead'"),
+    )
+
+
+def migrate_admin_tables(conn: Connection, md: MetaData) -> None:
+    """Schema migration 2 -> 3: create the audit and resolutions tables and the index.
+
+    The index is created explicitly because ``create_all`` skips tables that
+    already exist (``effects`` was created by migration 2), and with it their
+    new indexes.
+    """
+    prefix = md.info["prefix"]
+    define_admin_tables(md, prefix)
+    md.create_all(
+        conn,
+        tables=[md.tables[f"{prefix}audit"], md.tables[f"{prefix}resolutions"]],
+        checkfirst=True,
+    )
+    for index in md.tables[f"{prefix}effects"].indexes:
+        if index.name == f"{prefix}effects_dead":
+            index.create(conn, checkfirst=True)
+
+
+# --- rows -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class DeadLetterRow:
+    id: str
+    actor_pk: int
+    actor_type: str
+    actor_id: str
+    seq: int | None
+    operation: str
+    arguments: str
+    idempotency_key: str | None
+    attempts: int
+    error: str | None
+    created_at: int
+    completed_at: int | None
+    resolution: str | None
+    retry_message_id: str | None
+    resolved_by: str | None
+    resolved_at: int | None
+    reason: str | None
+
+
+@dataclass(slots=True)
+class ActorRow:
+    pk: int
+    actor_type: str
+    actor_id: str
+    state: str | None
+    state_version: int
+    next_seq: int
+    done_seq: int
+    attempt: int
+    ready_at: int | None
+    lease_owner: str | None
+    lease_generation: int
+    lease_expires_at: int | None
+    paused: bool
+    created_at: int
+    updated_at: int
+
+
+@dataclass(slots=True)
+class MailboxRow:
+    id: str
+    seq: int | None
+    operation: str
+    arguments: str
+    idempotency_key: str | None
+    status: str
+    attempts: int
+    error: str | None
+    available_at: int
+    created_at: int
+
+
+@dataclass(slots=True)
+class EffectAdminRow:
+    id: str
+    actor_pk: int
+    actor_type: str
+    actor_id: str
+    source_message_id: str
+    name: str
+    arguments: str
+    status: str
+    attempts: int
+    available_at: int
+    claimed_by: str | None
+    error: str | None
+    created_at: int
+    completed_at: int | None
+
+
+@dataclass(slots=True)
+class ReminderAdminRow:
+    operation: str
+    key: str
+    arguments: str
+    due_at: int
+    every_ms: int | None
+    missed: str
+    version: int
+
+
+@dataclass(slots=True)
+class TypeCounts:
+    actor_type: str
+    actors: int = 0
+    queued: int = 0
+    scheduled: int = 0
+    retrying: int = 0
+    paused: int = 0
+    leases_held: int = 0
+    leases_expired: int = 0
+    dead_letters: int = 0
+    effects_pending: int = 0
+    effects_running: int = 0
+    effects_dead: int = 0
+    reminders: int = 0
+
+
+@dataclass(slots=True)
+class AuditRow:
+    id: str
+    at: int
+    principal: str
+    action: str
+    target_kind: str
+    target_id: str
+    actor_type: str | None
+    actor_id: str | None
+    detail: str | None
+
+
+RetryKind = Literal["retried", "already_retried", "missing", "not_dead", "discarded", "actor_gone"]
+DiscardKind = Literal["discarded", "already_discarded", "missing", "not_dead", "retried"]
+EffectRetryKind = Literal["retried", "not_dead", "missing"]
+
+
+@dataclass(slots=True)
+class RetryOutcome:
+    kind: RetryKind
+    message_id: str
+    retry_message_id: str | None = None
+    status: str | None = None
+    enqueued: Enqueued | None = None
+
+
+@dataclass(slots=True)
+class DiscardOutcome:
+    kind: DiscardKind
+    message_id: str
+    retry_message_id: str | None = None
+    status: str | None = None
+
+
+@dataclass(slots=True)
+class EffectRetryOutcome:
+    kind: EffectRetryKind
+    effect_id: str
+    status: str | None = None
+
+
+_DEAD_COLS = (
+    "m.id, m.actor_pk, m.actor_type, m.actor_id, m.seq, m.operation, m.arguments, "
+    "m.idempotency_key, m.attempts, m.error, m.created_at, m.completed_at, "
+    "r.resolution, r.retry_message_id, r.principal, r.resolved_at, r.reason"
+)
+_ACTOR_COLS = (
+    "pk, actor_type, actor_id, state, state_version, next_seq, done_seq, attempt, ready_at, "
+    "lease_owner, lease_generation, lease_expires_at, paused, created_at, updated_at"
+)
+_MAILBOX_COLS = (
+    "id, seq, operation, arguments, idempotency_key, status, attempts, error, available_at, "
+    "created_at"
+)
+_EFFECT_COLS = (
+    "id, actor_pk, actor_type, actor_id, source_message_id, name, arguments, status, attempts, "
+    "available_at, claimed_by, error, created_at, completed_at"
+)
+_AUDIT_COLS = "id, at, principal, action, target_kind, target_id, actor_type, actor_id, detail"
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _dead_letter(r: Sequence[Any]) -> DeadLetterRow:
+    return DeadLetterRow(
+        id=r[0],
+        actor_pk=int(r[1]),
+        actor_type=r[2],
+        actor_id=r[3],
+        seq=_int(r[4]),
+        operation=r[5],
+        arguments=r[6],
+        idempotency_key=r[7],
+        attempts=int(r[8]),
+        error=r[9],
+        created_at=int(r[10]),
+        completed_at=_int(r[11]),
+        resolution=r[12],
+        retry_message_id=r[13],
+        resolved_by=r[14],
+        resolved_at=_int(r[15]),
+        reason=r[16],
+    )
+
+
+def _actor(r: Sequence[Any]) -> ActorRow:
+    return ActorRow(
+        pk=int(r[0]),
+        actor_type=r[1],
+        actor_id=r[2],
+        state=r[3],
+        state_version=int(r[4]),
+        next_seq=int(r[5]),
+        done_seq=int(r[6]),
+        attempt=int(r[7]),
+        ready_at=_int(r[8]),
+        lease_owner=r[9],
+        lease_generation=int(r[10]),
+        lease_expires_at=_int(r[11]),
+        paused=bool(r[12]),
+        created_at=int(r[13]),
+        updated_at=int(r[14]),
+    )
+
+
+def _mailbox(r: Sequence[Any]) -> MailboxRow:
+    return MailboxRow(
+        id=r[0],
+        seq=_int(r[1]),
+        operation=r[2],
+        arguments=r[3],
+        idempotency_key=r[4],
+        status=r[5],
+        attempts=int(r[6]),
+        error=r[7],
+        available_at=int(r[8]),
+        created_at=int(r[9]),
+    )
+
+
+def _effect(r: Sequence[Any]) -> EffectAdminRow:
+    return EffectAdminRow(
+        id=r[0],
+        actor_pk=int(r[1]),
+        actor_type=r[2],
+        actor_id=r[3],
+        source_message_id=r[4],
+        name=r[5],
+        arguments=r[6],
+        status=r[7],
+        attempts=int(r[8]),
+        available_at=int(r[9]),
+        claimed_by=r[10],
+        error=r[11],
+        created_at=int(r[12]),
+        completed_at=_int(r[13]),
+    )
+
+
+def _audit(r: Sequence[Any]) -> AuditRow:
+    return AuditRow(
+        id=r[0],
+        at=int(r[1]),
+        principal=r[2],
+        action=r[3],
+        target_kind=r[4],
+        target_id=r[5],
+        actor_type=r[6],
+        actor_id=r[7],
+        detail=r[8],
+    )
+
+
+class AdminStatements:
+    """Mixin: needs ``prefix``, ``dialect``, ``engine``, ``enqueue`` and ``notify`` of Store."""
+
+    prefix: str
+    dialect: Dialect
+    engine: Engine
+    enqueue: Callable[..., Enqueued]
+    notify: Callable[[Tx, str], None]
+
+    def _admin(self, template: str) -> str:
+        """Fill in this module's own table names; Store.sql fills in the rest."""
+        return template.replace("{audit}", f"{self.prefix}audit").replace(
+            "{resolutions}", f"{self.prefix}resolutions"
+        )
+
+    def _insert_ignore(self, table: str, columns: str, values: str, key: str) -> str:
+        if self.dialect.name == "postgresql":
+            return (
+                f"INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT ({key}) DO NOTHING"
+            )
+        if self.dialect.name == "mysql":
+            return f"INSERT IGNORE INTO {table} ({columns}) VALUES ({values})"
+        return f"INSERT OR IGNORE INTO {table} ({columns}) VALUES ({values})"
+
+    # --- dead letters ---------------------------------------------------------------
+
+    def list_dead_letters(
+        self,
+        tx: Tx,
+        *,
+        actor_type: str | None,
+        actor_id: str | None,
+        operation: str | None,
+        state: str,
+        after: tuple[int, str] | None,
+        limit: int,
+    ) -> list[DeadLetterRow]:
+        """Dead messages, newest death first, keyed by (completed_at, id) for paging.
+
+        ``state``: ``open`` (no resolution), ``retried``, ``discarded`` or ``all``.
+        """
+        where = ["m.status = 'dead'"]
+        params: dict[str, Any] = {"limit": limit}
+        for column, value in (
+            ("actor_type", actor_type),
+            ("actor_id", actor_id),
+            ("operation", operation),
+        ):
+            if value is not None:
+                where.append(f"m.{column} = :{column}")
+                params[column] = value
+        if state == "open":
+            where.append("r.message_id IS NULL")
+        elif state != "all":
+            where.append("r.resolution = :resolution")
+            params["resolution"] = state
+        if after is not None:
+            where.append("(m.completed_at < :at OR (m.completed_at = :at AND m.id < :after_id))")
+            params.update(at=after[0], after_id=after[1])
+        rows = tx.rows(
+            self._admin(
+                f"SELECT {_DEAD_COLS} FROM {{messages}} m "
+                "LEFT JOIN {resolutions} r ON r.message_id = m.id "
+                f"WHERE {' AND '.join(where)} "
+                "ORDER BY m.completed_at DESC, m.id DESC LIMIT :limit"
+            ),
+            params,
+        )
+        return [_dead_letter(r) for r in rows]
+
+    def dead_letter(self, tx: Tx, message_id: str) -> tuple[DeadLetterRow | None, str | None]:
+        """The message with its resolution, and its status (None, None when missing)."""
+        row = tx.row(
+            self._admin(
+                f"SELECT {_DEAD_COLS}, m.status FROM {{messages}} m "
+                "LEFT JOIN {resolutions} r ON r.message_id = m.id WHERE m.id = :id"
+            ),
+            {"id": message_id},
+        )
+        if row is None:
+            return None, None
+        return _dead_letter(row), str(row[17])
+
+    def retry_dead_letter(
+        self,
+        tx: Tx,
+        message_id: str,
+        *,
+        retry_id: str,
+        principal: str,
+        reason: str | None,
+        audit_id: str,
+    ) -> RetryOutcome:
+        """Send a dead letter's operation and arguments again, to the tail of its mailbox.
+
+        Idempotent: the new message carries the idempotency key
+        ``dead-letter:<message id>`` and the resolution row is taken with an
+        insert-if-absent, so concurrent or repeated retries enqueue one message.
+        The actor row is locked first (as ``Store.enqueue`` does), which also
+        keeps a concurrent ``destroy`` from slipping in between the check that
+        the dead letter's incarnation still exists and the enqueue.
+        """
+        dead, status = self.dead_letter(tx, message_id)
+        if dead is None:
+            return RetryOutcome("missing", message_id)
+        if status != "dead":
+            return RetryOutcome("not_dead", message_id, status=status)
+        if dead.resolution is not None:
+            return self._resolved_retry(dead)
+        pk = tx.scalar(
+            "SELECT pk FROM {actors} WHERE actor_type = :t AND actor_id = :i{for_update}",
+            {"t": dead.actor_type, "i": dead.actor_id},
+        )
+        if pk is None or int(pk) != dead.actor_pk:
+            return RetryOutcome("actor_gone", message_id)
+        taken = tx.run(
+            self._insert_ignore(
+                self._admin("{resolutions}"),
+                "message_id, resolution, retry_message_id, principal, reason, resolved_at",
+                ":id, 'retried', :retry, :principal, :reason, {now}",
+                "message_id",
+            ),
+            {"id": message_id, "retry": retry_id, "principal": principal, "reason": reason},
+        )
+        if taken != 1:  # resolved meanwhile by a concurrent call
+            again, _ = self.dead_letter(tx, message_id)
+            assert again is not None
+            return self._resolved_retry(again)
+        enqueued = self.enqueue(
+            tx,
+            message_id=retry_id,
+            actor_type=dead.actor_type,
+            actor_id=dead.actor_id,
+            operation=dead.operation,
+            arguments=dead.arguments,
+            idempotency_key=f"dead-letter:{message_id}",
+            delay_ms=0,
+            claim_for=None,
+            lease_ms=0,
+        )
+        if enqueued.existing:  # the key was used before (a pruned resolution)
+            tx.run(
+                self._admin(
+                    "UPDATE {resolutions} SET retry_message_id = :retry WHERE message_id = :id"
+                ),
+                {"retry": enqueued.message.id, "id": message_id},
+            )
+        self.write_audit(
+            tx,
+            audit_id=audit_id,
+            principal=principal,
+            action="dead_letters.retry",
+            target_kind="message",
+            target_id=message_id,
+            actor_type=dead.actor_type,
+            actor_id=dead.actor_id,
+            detail={"retry_message_id": enqueued.message.id, "reason": reason},
+        )
+        return RetryOutcome(
+            "retried", message_id, retry_message_id=enqueued.message.id, enqueued=enqueued
+        )
+
+    @staticmethod
+    def _resolved_retry(dead: DeadLetterRow) -> RetryOutcome:
+        if dead.resolution == "retried":
+            return RetryOutcome("already_retried", dead.id, retry_message_id=dead.retry_message_id)
+        return RetryOutcome("discarded", dead.id)
+
+    def discard_dead_letter(
+        self,
+        tx: Tx,
+        message_id: str,
+        *,
+        principal: str,
+        reason: str | None,
+        audit_id: str,
+    ) -> DiscardOutcome:
+        """Mark a dead letter discarded, so it no longer lists as open. Idempotent."""
+        dead, status = self.dead_letter(tx, message_id)
+        if dead is None:
+            return DiscardOutcome("missing", message_id)
+        if status != "dead":
+            return DiscardOutcome("not_dead", message_id, status=status)
+        if dead.resolution is None:
+            taken = tx.run(
+                self._insert_ignore(
+                    self._admin("{resolutions}"),
+                    "message_id, resolution, retry_message_id, principal, reason, resolved_at",
+                    ":id, 'discarded', NULL, :principal, :reason, {now}",
+                    "message_id",
+                ),
+                {"id": message_id, "principal": principal, "reason": reason},
+            )
+            if taken == 1:
+                self.write_audit(
+                    tx,
+                    audit_id=audit_id,
+                    principal=principal,
+                    action="dead_letters.discard",
+                    target_kind="message",
+                    target_id=message_id,
+                    actor_type=dead.actor_type,
+                    actor_id=dead.actor_id,
+                    detail={"reason": reason},
+                )
+                return DiscardOutcome("discarded", message_id)
+            dead, _ = self.dead_letter(tx, message_id)
+            assert dead is not None
+        if dead.resolution == "retried":
+            return DiscardOutcome("retried", message_id, retry_message_id=dead.retry_message_id)
+        return DiscardOutcome("already_discarded", message_id)
+
+    # --- actors ---------------------------------------------------------------------
+
+    def list_actors(
+        self, tx: Tx, actor_type: str, *, after: str | None, limit: int
+    ) -> list[ActorRow]:
+        """Actors of one type by id (the identity index), ``after`` the cursor id."""
+        return [
+            _actor(r)
+            for r in tx.rows(
+                f"SELECT {_ACTOR_COLS} FROM {{actors}} WHERE actor_type = :t"
+                + ("" if after is None else " AND actor_id > :after")
+                + " ORDER BY actor_id LIMIT :limit",
+                {"t": actor_type, "after": after, "limit": limit},
+            )
+        ]
+
+    def actor_row(self, tx: Tx, actor_type: str, actor_id: str) -> ActorRow | None:
+        row = tx.row(
+            f"SELECT {_ACTOR_COLS} FROM {{actors}} WHERE actor_type = :t AND actor_id = :i",
+            {"t": actor_type, "i": actor_id},
+        )
+        return None if row is None else _actor(row)
+
+    def mailbox(self, tx: Tx, actor: ActorRow, limit: int) -> list[MailboxRow]:
+        """The queued messages (head first), up to ``limit``."""
+        return [
+            _mailbox(r)
+            for r in tx.rows(
+                f"SELECT {_MAILBOX_COLS} FROM {{messages}} WHERE actor_pk = :pk "
+                "AND seq > :done AND seq < :next ORDER BY seq LIMIT :limit",
+                {"pk": actor.pk, "done": actor.done_seq, "next": actor.next_seq, "limit": limit},
+            )
+        ]
+
+    def scheduled_of(self, tx: Tx, actor_pk: int, limit: int) -> list[MailboxRow]:
+        """Delayed messages not yet in the ordered mailbox, soonest first."""
+        return [
+            _mailbox(r)
+            for r in tx.rows(
+                f"SELECT {_MAILBOX_COLS} FROM {{messages}} WHERE status = 'scheduled' "
+                "AND actor_pk = :pk ORDER BY available_at, id LIMIT :limit",
+                {"pk": actor_pk, "limit": limit},
+            )
+        ]
+
+    def unfinished_effects_of(self, tx: Tx, actor_pk: int, limit: int) -> list[EffectAdminRow]:
+        """Pending, running and dead effects of one incarnation, oldest first."""
+        return [
+            _effect(r)
+            for r in tx.rows(
+                f"SELECT {_EFFECT_COLS} FROM {{effects}} "
+                "WHERE status IN ('pending', 'running', 'dead') AND actor_pk = :pk "
+                "ORDER BY id LIMIT :limit",
+                {"pk": actor_pk, "limit": limit},
+            )
+        ]
+
+    def reminders_of(self, tx: Tx, actor_pk: int, limit: int) -> list[ReminderAdminRow]:
+        return [
+            ReminderAdminRow(r[0], r[1], r[2], int(r[3]), _int(r[4]), r[5], int(r[6]))
+            for r in tx.rows(
+                "SELECT operation, rkey, arguments, due_at, every_ms, missed, version "
+                "FROM {reminders} WHERE actor_pk = :pk ORDER BY due_at LIMIT :limit",
+                {"pk": actor_pk, "limit": limit},
+            )
+        ]
+
+    def open_dead_letters_of(self, tx: Tx, actor_type: str, actor_id: str) -> int:
+        return int(
+            tx.scalar(
+                self._admin(
+                    "SELECT COUNT(*) FROM {messages} m WHERE m.status = 'dead' "
+                    "AND m.actor_type = :t AND m.actor_id = :i AND NOT EXISTS "
+                    "(SELECT 1 FROM {resolutions} r WHERE r.message_id = m.id)"
+                ),
+                {"t": actor_type, "i": actor_id},
+            )
+        )
+
+    # --- effects --------------------------------------------------------------------
+
+    def list_effects(
+        self,
+        tx: Tx,
+        *,
+        status: str,
+        actor_type: str | None,
+        name: str | None,
+        after: tuple[int, str] | None,
+        limit: int,
+    ) -> list[EffectAdminRow]:
+        """Effects of one status, newest first: dead by when they died, others by creation."""
+        order = "completed_at" if status in ("dead", "done") else "created_at"
+        where = ["status = :status"]
+        params: dict[str, Any] = {"status": status, "limit": limit}
+        if actor_type is not None:
+            where.append("actor_type = :t")
+            params["t"] = actor_type
+        if name is not None:
+            where.append("name = :name")
+            params["name"] = name
+        if after is not None:
+            where.append(f"({order} < :at OR ({order} = :at AND id < :after_id))")
+            params.update(at=after[0], after_id=after[1])
+        return [
+            _effect(r)
+            for r in tx.rows(
+                f"SELECT {_EFFECT_COLS} FROM {{effects}} WHERE {' AND '.join(where)} "
+                f"ORDER BY {order} DESC, id DESC LIMIT :limit",
+                params,
+            )
+        ]
+
+    def effect(self, tx: Tx, effect_id: str) -> EffectAdminRow | None:
+        row = tx.row(f"SELECT {_EFFECT_COLS} FROM {{effects}} WHERE id = :id", {"id": effect_id})
+        return None if row is None else _effect(row)
+
+    def retry_effect(
+        self, tx: Tx, effect_id: str, *, principal: str, reason: str | None, audit_id: str
+    ) -> EffectRetryOutcome:
+        """Put a dead effect back to pending with its attempts reset (runs at least once more).
+
+        Conditional on ``status = 'dead'``, so a repeated retry changes nothing.
+        The effect keeps its id, so its handler still sees the same ``ctx.id``.
+        """
+        found = self.effect(tx, effect_id)
+        if found is None:
+            return EffectRetryOutcome("missing", effect_id)
+        changed = tx.run(
+            "UPDATE {effects} SET status = 'pending', attempts = 0, claimed_by = NULL, "
+            "available_at = {now}, completed_at = NULL WHERE id = :id AND status = 'dead'",
+            {"id": effect_id},
+        )
+        if changed != 1:
+            return EffectRetryOutcome("not_dead", effect_id, status=found.status)
+        # The dead effect's on_failure message was sent with the idempotency key
+        # ``effect:<id>:failure``. Move that key aside, so the outcome of this new
+        # round reaches the actor too: otherwise a second death, with a different error,
+        # would conflict with the first message's key, and the runner could never
+        # record it (the effect would run again after every claim timeout, forever).
+        tx.run(
+            "UPDATE {messages} SET idempotency_key = :moved WHERE idempotency_key = :key "
+            "AND actor_pk = (SELECT pk FROM {actors} WHERE actor_type = :t AND actor_id = :i)",
+            {
+                "key": f"effect:{effect_id}:failure",
+                "moved": f"effect:{effect_id}:failure:before:{audit_id}",
+                "t": found.actor_type,
+                "i": found.actor_id,
+            },
+        )
+        self.write_audit(
+            tx,
+            audit_id=audit_id,
+            principal=principal,
+            action="effects.retry",
+            target_kind="effect",
+            target_id=effect_id,
+            actor_type=found.actor_type,
+            actor_id=found.actor_id,
+            detail={"name": found.name, "previous_attempts": found.attempts, "reason": reason},
+        )
+        self.notify(tx, "w")
+        return EffectRetryOutcome("retried", effect_id, status="pending")
+
+    # --- status ---------------------------------------------------------------------
+
+    def status_counts(self, tx: Tx) -> tuple[int, list[TypeCounts]]:
+        """Per actor type: actors, queued and scheduled messages, leases, dead letters,
+        effects and reminders. Reads whole tables (the actors and reminders tables, the
+        partial indexes of scheduled and dead messages and of unfinished and dead effects).
+        """
+        now = int(tx.scalar("SELECT {now}"))
+        counts: dict[str, TypeCounts] = {}
+
+        def of(actor_type: str) -> TypeCounts:
+            found = counts.get(actor_type)
+            if found is None:
+                found = counts[actor_type] = TypeCounts(actor_type)
+            return found
+
+        for r in tx.rows(
+            "SELECT actor_type, COUNT(*), SUM(next_seq - done_seq - 1), "
+            "SUM(CASE WHEN ready_at > :now AND next_seq > done_seq + 1 THEN 1 ELSE 0 END), "
+            "SUM(paused), "
+            "SUM(CASE WHEN lease_owner IS NOT NULL AND lease_expires_at > :now "
+            "THEN 1 ELSE 0 END), "
+            "SUM(CASE WHEN lease_owner IS NOT NULL AND lease_expires_at <= :now "
+            "THEN 1 ELSE 0 END) FROM {actors} GROUP BY actor_type",
+            {"now": now},
+        ):
+            c = of(r[0])
+            c.actors, c.queued, c.retrying, c.paused = (int(v or 0) for v in r[1:5])
+            c.leases_held, c.leases_expired = int(r[5] or 0), int(r[6] or 0)
+        for r in tx.rows(
+            "SELECT actor_type, COUNT(*) FROM {messages} WHERE status = 'scheduled' "
+            "GROUP BY actor_type"
+        ):
+            of(r[0]).scheduled = int(r[1])
+        for r in tx.rows(
+            self._admin(
+                "SELECT m.actor_type, COUNT(*) FROM {messages} m WHERE m.status = 'dead' "
+                "AND NOT EXISTS (SELECT 1 FROM {resolutions} r WHERE r.message_id = m.id) "
+                "GROUP BY m.actor_type"
+            )
+        ):
+            of(r[0]).dead_letters = int(r[1])
+        for r in tx.rows(
+            "SELECT actor_type, status, COUNT(*) FROM {effects} "
+            "WHERE status IN ('pending', 'running', 'dead') GROUP BY actor_type, status"
+        ):
+            setattr(of(r[0]), f"effects_{r[1]}", int(r[2]))
+        for r in tx.rows("SELECT actor_type, COUNT(*) FROM {reminders} GROUP BY actor_type"):
+            of(r[0]).reminders = int(r[1])
+        return now, [counts[t] for t in sorted(counts)]
+
+    # --- audit ----------------------------------------------------------------------
+
+    def write_audit(
+        self,
+        tx: Tx,
+        *,
+        audit_id: str,
+        principal: str,
+        action: str,
+        target_kind: str,
+        target_id: str,
+        actor_type: str | None,
+        actor_id: str | None,
+        detail: dict[str, Any] | None,
+    ) -> None:
+        from ..codec import canonical_json
+
+        tx.run(
+            self._admin(
+                "INSERT INTO {audit} (id, at, principal, action, target_kind, target_id, "
+                "actor_type, actor_id, detail) VALUES (:id, {now}, :principal, :action, "
+                ":kind, :target, :t, :i, :detail)"
+            ),
+            {
+                "id": audit_id,
+                "principal": principal,
+                "action": action,
+                "kind": target_kind,
+                "target": target_id,
+                "t": actor_type,
+                "i": actor_id,
+                "detail": None if detail is None else canonical_json(detail),
+            },
+        )
+
+    def list_audit(
+        self,
+        tx: Tx,
+        *,
+        target_id: str | None,
+        principal: str | None,
+        after: str | None,
+        limit: int,
+    ) -> list[AuditRow]:
+        """Audit records, newest first (ids are time-ordered)."""
+        where = ["1 = 1"]
+        if target_id is not None:
+            where.append("target_id = :target")
+        if principal is not None:
+            where.append("principal = :principal")
+        if after is not None:
+            where.append("id < :after")
+        return [
+            _audit(r)
+            for r in tx.rows(
+                self._admin(
+                    f"SELECT {_AUDIT_COLS} FROM {{audit}} WHERE {' AND '.join(where)} "
+                    "ORDER BY id DESC LIMIT :limit"
+                ),
+                {"target": target_id, "principal": principal, "after": after, "limit": limit},
+            )
+        ]
