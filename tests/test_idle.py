@@ -26,9 +26,9 @@ def test_an_idle_runtime_writes_nothing_and_reads_rarely(
     reads = 0
     transact, read = rt.store.transact, rt.store.read
 
-    def counting_transact(body: Any) -> Any:
+    def counting_transact(body: Any, **options: Any) -> Any:
         writes.append(body)
-        return transact(body)
+        return transact(body, **options)
 
     def counting_read() -> Any:
         nonlocal reads

@@ -193,7 +193,7 @@ class Client:
             faults.point("enqueue.body")
             return enqueued
 
-        future = self.store.transact_future(body)
+        future = self.store.transact_future(body, isolated=False)
         future.add_done_callback(self._route)
         return future
 

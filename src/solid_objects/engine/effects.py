@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import faults
 from ..codec import canonical_json, encode_json
-from ..errors import Rejected, error_document
+from ..errors import IdempotencyConflict, Rejected, error_document
 from ..options import Options
 from ..registry import NamedHandlers, Registry
 from ..store import EffectRow, Enqueued, Store, Tx
@@ -197,20 +197,26 @@ class EffectRunner:
                 return []
             if callback is None:
                 return []
-            return [
-                self.store.enqueue(
-                    tx,
-                    message_id=new_id(),
-                    actor_type=effect.actor_type,
-                    actor_id=effect.actor_id,
-                    operation=callback,
-                    arguments=self._callback_arguments(effect, callback, result, error),
-                    idempotency_key=f"effect:{effect.id}:{outcome}",
-                    delay_ms=0,
-                    claim_for=None,
-                    lease_ms=0,
-                )
-            ]
+            try:
+                return [
+                    self.store.enqueue(
+                        tx,
+                        message_id=new_id(),
+                        actor_type=effect.actor_type,
+                        actor_id=effect.actor_id,
+                        operation=callback,
+                        arguments=self._callback_arguments(effect, callback, result, error),
+                        idempotency_key=f"effect:{effect.id}:{outcome}",
+                        delay_ms=0,
+                        claim_for=None,
+                        lease_ms=0,
+                    )
+                ]
+            except IdempotencyConflict:
+                # A callback for this effect was delivered before (with other arguments):
+                # never let it block recording the outcome, or the effect would rerun.
+                log.warning("effect %s: its %s callback was already delivered", effect.id, outcome)
+                return []
 
         try:
             enqueued = self.store.transact(body)

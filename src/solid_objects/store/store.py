@@ -209,14 +209,16 @@ class Store(OutboxStatements, AdminStatements):
             self._sql[template] = rendered
         return rendered
 
-    def transact(self, body: Callable[[Tx], T]) -> T:
+    def transact(self, body: Callable[[Tx], T], *, isolated: bool = True) -> T:
         """Run ``body(tx)`` in a read-write transaction; return once it is committed.
 
         On SQLite the body joins the next group commit (see ``store.writer``);
-        elsewhere it runs in its own transaction on this thread.
+        elsewhere it runs in its own transaction on this thread. ``isolated=False``
+        is for bodies that raise only before writing anything: on SQLite they skip
+        the savepoint that would otherwise contain them.
         """
         if self._writer is not None:
-            return self._writer.submit(body).result()
+            return self._writer.submit(body, isolated=isolated).result()
         for attempt in range(_TRANSIENT_RETRIES + 1):
             try:
                 with self.dialect.write(self.engine, self.sql) as tx:
@@ -233,13 +235,13 @@ class Store(OutboxStatements, AdminStatements):
                 time.sleep(random.uniform(0.001, 0.01) * (attempt + 1))
         raise AssertionError("unreachable")
 
-    def transact_future(self, body: Callable[[Tx], T]) -> Future[T]:
+    def transact_future(self, body: Callable[[Tx], T], *, isolated: bool = True) -> Future[T]:
         """Like :meth:`transact`, without waiting: the future completes after the commit.
 
         Done callbacks may run on the group-commit thread; they must be quick.
         """
         if self._writer is not None:
-            return self._writer.submit(body)
+            return self._writer.submit(body, isolated=isolated)
         future: Future[T] = Future()
         try:
             future.set_result(self.transact(body))
