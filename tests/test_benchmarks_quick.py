@@ -24,8 +24,10 @@ SCRIPT = ROOT / "benchmarks" / "bench_calls.py"
 
 
 def positive(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and (
-        math.isfinite(value) and value > 0
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and (math.isfinite(value) and value > 0)
     )
 
 
@@ -40,7 +42,11 @@ def test_quick_benchmark_writes_well_formed_json(tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(scratch)}
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--json", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=110,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
     )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert "targets of this stage" in proc.stdout
@@ -61,9 +67,19 @@ def test_quick_benchmark_writes_well_formed_json(tmp_path: Path) -> None:
         where = f"{cell['shape']}/{cell['mode']}/c{cell['concurrency']}"
         assert cell["errors"] == 0, where
         assert cell["processes"] == 0, where
-        for name in ("calls", "seconds", "ops_per_s", "p50_ms", "p95_ms", "p99_ms",
-                     "write_tx_per_call", "db_commits_per_call", "statements_per_call",
-                     "cpu_s_per_call", "fraction_of_raw"):
+        for name in (
+            "calls",
+            "seconds",
+            "ops_per_s",
+            "p50_ms",
+            "p95_ms",
+            "p99_ms",
+            "write_tx_per_call",
+            "db_commits_per_call",
+            "statements_per_call",
+            "cpu_s_per_call",
+            "fraction_of_raw",
+        ):
             assert positive(cell[name]), f"{where} {name} = {cell[name]!r}"
         assert cell["p50_ms"] <= cell["p95_ms"] <= cell["p99_ms"] <= cell["max_ms"], where
         assert cell["db_commits_per_call"] <= cell["write_tx_per_call"] + 1e-9, where
@@ -75,7 +91,10 @@ def test_quick_benchmark_writes_well_formed_json(tmp_path: Path) -> None:
             assert positive(raw[name]), f"raw c{raw['threads']} {name} = {raw[name]!r}"
 
     assert [(i["when"], i["cached_activations"]) for i in report["idle"]] == [
-        ("before", 0), ("before", 100), ("after", 0)]
+        ("before", 0),
+        ("before", 100),
+        ("after", 0),
+    ]
     for idle in report["idle"]:
         assert positive(idle["seconds"])
         assert non_negative(idle["actors_in_database"])
@@ -86,3 +105,28 @@ def test_quick_benchmark_writes_well_formed_json(tmp_path: Path) -> None:
     for target in report["targets"]:
         assert isinstance(target["met"], bool), target
         assert positive(target["measured"]), target
+
+
+def test_quick_outbox_benchmark_fires_every_reminder_and_runs_every_effect(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "outbox.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_outbox.py"),
+            "--quick",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads(out.read_text())
+    delay, effects = results["firing_delay"], results["effects"]
+    assert delay["fired"] == delay["reminders"] > 0 and delay["early"] == 0
+    assert non_negative(delay["median_ms"]) and non_negative(delay["max_ms"])
+    assert effects["done"] == effects["effects"] > 0 and positive(effects["effects_per_s"])
