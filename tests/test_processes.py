@@ -68,8 +68,9 @@ def poll_for(predicate: Callable[[], T], timeout: float) -> T | None:
 class Worker:
     """One ``solid-objects worker`` OS process."""
 
-    def __init__(self, name: str, proc: subprocess.Popen[bytes], stderr_path: Path,
-                 files: list[IO[bytes]]) -> None:
+    def __init__(
+        self, name: str, proc: subprocess.Popen[bytes], stderr_path: Path, files: list[IO[bytes]]
+    ) -> None:
         self.name = name
         self.proc = proc
         self.stderr_path = stderr_path
@@ -148,7 +149,10 @@ class Cluster:
         stderr = open(self.dir / f"{name}.stderr", "wb")
         proc = subprocess.Popen(
             [sys.executable, "-m", "solid_objects", "worker", TARGET],
-            cwd=ROOT, env=self.env(**options), stdout=stdout, stderr=stderr,
+            cwd=ROOT,
+            env=self.env(**options),
+            stdout=stdout,
+            stderr=stderr,
             stdin=subprocess.DEVNULL,
         )
         worker = Worker(name, proc, self.dir / f"{name}.stderr", [stdout, stderr])
@@ -166,19 +170,28 @@ class Cluster:
         with open(out, "wb") as stdout, open(err, "wb") as stderr:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.apps.caller", *args],
-                cwd=ROOT, env=self.env(), stdout=stdout, stderr=stderr,
+                cwd=ROOT,
+                env=self.env(),
+                stdout=stdout,
+                stderr=stderr,
                 stdin=subprocess.DEVNULL,
             )
         self._callers.append(proc)
         return proc, out, err
 
     def events(self, event: str, actor: str, item: int) -> list[dict[str, Any]]:
-        return [e for e in read_journal(self.journal)
-                if e["event"] == event and e["actor"] == actor and e["item"] == item]
+        return [
+            e
+            for e in read_journal(self.journal)
+            if e["event"] == event and e["actor"] == actor and e["item"] == item
+        ]
 
     def first_start(self, actor: str, item: int) -> dict[str, Any]:
-        return wait_until(lambda: next(iter(self.events("start", actor, item)), None), STEP,
-                          f"the turn of {actor} item {item} to start")
+        return wait_until(
+            lambda: next(iter(self.events("start", actor, item)), None),
+            STEP,
+            f"the turn of {actor} item {item} to start",
+        )
 
     def close(self) -> None:
         for runtime in self._runtimes:
@@ -250,7 +263,10 @@ def test_processes_keep_per_identity_order_and_apply_each_message_once(
     """
     rt = cluster.caller()
     options: dict[str, Any] = {
-        "workers": 2, "lease_duration": 1.0, "idle_timeout": 0.05, "poll_interval": 0.1,
+        "workers": 2,
+        "lease_duration": 1.0,
+        "idle_timeout": 0.05,
+        "poll_interval": 0.1,
     }
     old = cluster.start_workers(3, **options)
     ids = [f"order-{n}" for n in range(8)]
@@ -305,8 +321,9 @@ def test_concurrent_callers_in_two_processes_get_each_result_exactly_once(
 ) -> None:
     """Many threads in two caller processes call one identity at once: results are 1..N."""
     rt = cluster.caller()
-    workers = cluster.start_workers(3, workers=2, lease_duration=1.0, idle_timeout=0.05,
-                                    poll_interval=0.1)
+    workers = cluster.start_workers(
+        3, workers=2, lease_duration=1.0, idle_timeout=0.05, poll_interval=0.1
+    )
     threads, calls = 8, 15
     remote, out, err = cluster.start_caller_process("tally", str(threads), str(calls))
     tally = rt.ref(Tally, "tally")
@@ -345,8 +362,9 @@ def test_sigkill_mid_turn_another_process_takes_over_and_commits_once(
 
     with ThreadPoolExecutor(1) as pool:
         # A synchronous call from the workers=0 runtime, waiting across the crash.
-        first = pool.submit(log.with_options(timeout=STEP + 10).append, item=0, gate=gate,
-                            journal=journal)
+        first = pool.submit(
+            log.with_options(timeout=STEP + 10).append, item=0, gate=gate, journal=journal
+        )
         started = cluster.first_start("killed", 0)
         victim = workers[started["pid"]]
         (survivor,) = (w for w in workers.values() if w is not victim)
@@ -411,8 +429,11 @@ def test_sigstopped_worker_finishes_its_turn_late_but_its_commit_is_refused(
         os.kill(a.pid, signal.SIGCONT)
 
     # A wakes up inside its turn, finishes the Python, and tries to commit.
-    wait_until(lambda: a.pid in ends_by(cluster, "stopped", 0), STEP,
-               "the stopped worker to finish its turn after SIGCONT")
+    wait_until(
+        lambda: a.pid in ends_by(cluster, "stopped", 0),
+        STEP,
+        "the stopped worker to finish its turn after SIGCONT",
+    )
     warned = poll_for(lambda: LEASE_LOST.search(a.stderr()), STEP)
 
     assert log.snapshot() == {"items": [0, 1, 2, 3]}, "the stale worker's commit was accepted"
@@ -454,7 +475,8 @@ def test_worker_resumed_while_the_new_holder_is_mid_turn_cannot_commit(
         Path(f"{gate}.{a.pid}").touch()  # A may leave the gate once it runs again; B may not
         b_start = wait_until(
             lambda: [e for e in cluster.events("start", "overlap", 0) if e["pid"] == b.pid],
-            STEP, "B to take over the expired lease and start the message",
+            STEP,
+            "B to take over the expired lease and start the message",
         )
         assert b_start[0]["t"] - stopped_at >= 0.3 * lease, (
             "B took over a lease that had not expired"
@@ -462,8 +484,11 @@ def test_worker_resumed_while_the_new_holder_is_mid_turn_cannot_commit(
     finally:
         os.kill(a.pid, signal.SIGCONT)
 
-    wait_until(lambda: a.pid in ends_by(cluster, "overlap", 0), STEP,
-               "the resumed worker to finish its turn")
+    wait_until(
+        lambda: a.pid in ends_by(cluster, "overlap", 0),
+        STEP,
+        "the resumed worker to finish its turn",
+    )
     warned = poll_for(lambda: LEASE_LOST.search(a.stderr()), STEP)
     assert m0.status() == "queued", "the stale worker's commit completed the message"
     assert log.snapshot() == {"items": []}, "the stale worker's commit was accepted"
@@ -555,8 +580,9 @@ def test_sigterm_finishes_the_turn_releases_leases_and_exits_0(cluster: Cluster)
         assert [m.wait(timeout=lease / 3)["length"] for m in later] == [2, 3, 4]
         assert log.append.send(item=4).wait(timeout=lease / 3) == {"length": 5, "pid": b.pid}
     except CallTimeout as exc:
-        raise AssertionError(f"B could not take the actor: A's lease was not released ({exc})"
-                             ) from None
+        raise AssertionError(
+            f"B could not take the actor: A's lease was not released ({exc})"
+        ) from None
     took = time.monotonic() - opened
     assert took < lease / 3, f"B took {took:.1f}s to take the actor: the lease was not released"
     assert log.snapshot() == {"items": [0, 1, 2, 3, 4]}
@@ -603,3 +629,36 @@ def test_killed_after_the_commit_another_worker_sends_with_the_same_id(cluster: 
     with rt.store.read() as tx:
         assert tx.scalar("SELECT COUNT(*) FROM solid_effects") == 1
         assert tx.scalar("SELECT status FROM solid_effects") == "done"
+
+
+def test_killed_before_the_commit_nothing_happened_and_the_retry_sends(cluster: Cluster) -> None:
+    """The worker dies inside the turn: no state, no effect; the next worker sends once."""
+    rt = cluster.caller()
+    options: dict[str, Any] = {"workers": 1, "lease_duration": 1.0, "effect_timeout": 5.0}
+    (first,) = cluster.start_workers(1, **options).values()
+    turn_gate = cluster.dir / "turn-gate"
+    turn_gate.touch()
+    journal = str(cluster.journal)
+    user = rt.ref(Welcome, "bo@example.com")
+    message = user.send_email.send(journal=journal, turn_gate=str(turn_gate))
+    wait_until(
+        lambda: [e for e in read_journal(cluster.journal) if e["event"] == "turn"],
+        STEP,
+        "the turn to start",
+    )
+    os.kill(first.pid, signal.SIGKILL)  # killed before the commit
+    first.kill()
+    with rt.store.read() as tx:
+        assert tx.scalar("SELECT COUNT(*) FROM solid_effects") == 0  # nothing happened
+    assert user.snapshot() == {"status": "unsent"}
+    turn_gate.unlink()
+    cluster.start_workers(1, **options)
+    assert message.wait(timeout=STEP) == "sent"
+    sent = wait_until(
+        lambda: [e for e in read_journal(cluster.journal) if e["event"].startswith("sent:")],
+        STEP,
+        "the email to be sent",
+    )
+    assert len(sent) == 1
+    with rt.store.read() as tx:
+        assert tx.scalar("SELECT COUNT(*) FROM solid_effects") == 1

@@ -69,8 +69,11 @@ class AppendLog(Actor):
         if gate is not None:
             deadline = time.monotonic() + GATE_LIMIT
             own_pass = f"{gate}.{os.getpid()}"  # lets only this process through a closed gate
-            while (os.path.exists(gate) and not os.path.exists(own_pass)
-                   and time.monotonic() < deadline):
+            while (
+                os.path.exists(gate)
+                and not os.path.exists(own_pass)
+                and time.monotonic() < deadline
+            ):
                 time.sleep(0.01)
         self.items.append(item)
         if journal is not None:
@@ -83,7 +86,18 @@ class Welcome(Actor):
 
     status: str = "unsent"
 
-    def send_email(self, gate: str | None = None, journal: str | None = None) -> str:
+    def send_email(
+        self,
+        gate: str | None = None,
+        journal: str | None = None,
+        turn_gate: str | None = None,
+    ) -> str:
+        if turn_gate is not None:  # hold the turn itself, before its commit
+            if journal is not None:
+                record(journal, "turn", self.actor_id, 0)
+            deadline = time.monotonic() + GATE_LIMIT
+            while os.path.exists(turn_gate) and time.monotonic() < deadline:
+                time.sleep(0.01)
         if self.status == "unsent":
             self.status = "sent"
             self.emit("deliver", email=self.actor_id, gate=gate, journal=journal)
