@@ -361,3 +361,24 @@ def test_calling_another_actor_directly_from_a_turn_is_refused(
     assert info.value.error["type"] == "CallInsideTurn"
     assert "send_to" in info.value.error["message"]
     assert count_rows(rt, "messages", "status = 'dead' AND attempts = 1") == 1
+
+
+def test_async_effect_handlers_run_too(make_runtime: Callable[..., Runtime]) -> None:
+    import asyncio
+
+    seen: list[tuple[str, int]] = []
+
+    async def charge(ctx: EffectContext, amount: int) -> dict[str, int]:
+        await asyncio.sleep(0)
+        seen.append((ctx.id, amount))
+        return {"charged": amount}
+
+    rt = make_runtime(workers=0)
+    rt.register(Payment)
+    rt.effect("charge_card")(charge)
+    ref = rt.ref(Payment, "async")
+    ref.charge.send(amount=7)
+    rt.testing.drain()
+    assert ref.snapshot()["state"] == "paid"
+    assert ref.snapshot()["outcome"]["result"] == {"charged": 7}
+    assert [amount for _, amount in seen] == [7]
