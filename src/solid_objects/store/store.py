@@ -174,6 +174,34 @@ class Committed:
     due_now: list[tuple[str, int]]
 
 
+def _scheduled(
+    message_id: str,
+    pk: int,
+    actor_type: str,
+    actor_id: str,
+    operation: str,
+    arguments: str,
+    idempotency_key: str | None,
+    available_at: int,
+) -> MessageRow:
+    """A new message, not yet in the ordered mailbox (no sequence number)."""
+    return MessageRow(
+        id=message_id,
+        actor_pk=pk,
+        actor_type=actor_type,
+        actor_id=actor_id,
+        seq=None,
+        operation=operation,
+        arguments=arguments,
+        idempotency_key=idempotency_key,
+        status="scheduled",
+        attempts=0,
+        result=None,
+        error=None,
+        available_at=available_at,
+    )
+
+
 class Store(OutboxStatements, AdminStatements):
     """The database side of Solid Objects, for one engine and table prefix."""
 
@@ -333,31 +361,31 @@ class Store(OutboxStatements, AdminStatements):
             tx.run(self._insert_actor(), params)
             row = tx.row(select, params)
         pk, now = int(row[0]), int(row[1])
-        if idempotency_key is not None:
-            found = tx.row(
-                f"SELECT {_MSG_COLS} FROM {{messages}} "
-                "WHERE actor_pk = :pk AND idempotency_key = :k",
-                {"pk": pk, "k": idempotency_key},
-            )
-            if found is not None:
-                return _message(found)
-        message = MessageRow(
-            id=message_id,
-            actor_pk=pk,
-            actor_type=actor_type,
-            actor_id=actor_id,
-            seq=None,
-            operation=operation,
-            arguments=arguments,
-            idempotency_key=idempotency_key,
-            status="scheduled",
-            attempts=0,
-            result=None,
-            error=None,
-            available_at=now + max(delay_ms, 0),
+        existing = self._keyed_message(tx, pk, idempotency_key)
+        if existing is not None:
+            return existing
+        message = _scheduled(
+            message_id,
+            pk,
+            actor_type,
+            actor_id,
+            operation,
+            arguments,
+            idempotency_key,
+            now + max(delay_ms, 0),
         )
         self._insert_message(tx, message, now)
         return message
+
+    def _keyed_message(self, tx: Tx, pk: int, key: str | None) -> MessageRow | None:
+        """The message already sent to actor ``pk`` with idempotency key ``key``, if any."""
+        if key is None:
+            return None
+        found = tx.row(
+            f"SELECT {_MSG_COLS} FROM {{messages}} WHERE actor_pk = :pk AND idempotency_key = :k",
+            {"pk": pk, "k": key},
+        )
+        return None if found is None else _message(found)
 
     def _insert_actor(self) -> str:
         head = {"postgresql": "INSERT INTO", "mysql": "INSERT IGNORE INTO"}.get(
@@ -398,36 +426,24 @@ class Store(OutboxStatements, AdminStatements):
         row = self._lock_actor(tx, actor_type, actor_id)
         pk, next_seq, _done_seq, owner, expires, paused, ready_at, generation, now = row
         pk, now = int(pk), int(now)
-        if idempotency_key is not None:
-            found = tx.row(
-                f"SELECT {_MSG_COLS} FROM {{messages}} "
-                "WHERE actor_pk = :pk AND idempotency_key = :k",
-                {"pk": pk, "k": idempotency_key},
-            )
-            if found is not None:
-                existing = _message(found)
-                if existing.operation != operation or existing.arguments != arguments:
-                    raise IdempotencyConflict(
-                        f"idempotency key {idempotency_key!r} of {actor_type} {actor_id!r} was "
-                        f"used for {existing.operation}({existing.arguments}); this call is "
-                        f"{operation}({arguments})"
-                    )
-                return Enqueued(existing, existing=True, claimed=None)
-
-        message = MessageRow(
-            id=message_id,
-            actor_pk=pk,
-            actor_type=actor_type,
-            actor_id=actor_id,
-            seq=None,
-            operation=operation,
-            arguments=arguments,
-            idempotency_key=idempotency_key,
-            status="scheduled",
-            attempts=0,
-            result=None,
-            error=None,
-            available_at=now + max(delay_ms, 0),
+        existing = self._keyed_message(tx, pk, idempotency_key)
+        if existing is not None:
+            if existing.operation != operation or existing.arguments != arguments:
+                raise IdempotencyConflict(
+                    f"idempotency key {idempotency_key!r} of {actor_type} {actor_id!r} was "
+                    f"used for {existing.operation}({existing.arguments}); this call is "
+                    f"{operation}({arguments})"
+                )
+            return Enqueued(existing, existing=True, claimed=None)
+        message = _scheduled(
+            message_id,
+            pk,
+            actor_type,
+            actor_id,
+            operation,
+            arguments,
+            idempotency_key,
+            now + max(delay_ms, 0),
         )
         lease: Lease | None = None
         if delay_ms <= 0:
