@@ -1,4 +1,9 @@
-"""Real-process tests of the contract: several OS processes sharing one SQLite file.
+"""Real-process tests of the contract: several OS processes sharing one database.
+
+Each test runs on SQLite, PostgreSQL and MariaDB, except the SIGSTOP tests,
+which run on SQLite only (they first make sure the stopped process does not hold
+SQLite's write lock; on the servers a process stopped inside a transaction would
+hold row locks that block the takeover until it is continued).
 
 Workers are real ``python -m solid_objects worker tests.apps.procapp:runtime``
 processes; the test process is a caller-only runtime (``workers=0``), and one
@@ -118,10 +123,10 @@ class Worker:
 class Cluster:
     """Worker processes, caller runtimes and files of one test, all in ``tmp_path``."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, url: str) -> None:
         self.dir = tmp_path
-        self.db_path = tmp_path / "app.db"
-        self.url = f"sqlite:///{self.db_path}"
+        self.db_path = tmp_path / "test.db"  # the SQLite file, when the backend is SQLite
+        self.url = url
         self.journal = tmp_path / "journal.jsonl"
         self.gate = tmp_path / "gate"
         self.workers: list[Worker] = []
@@ -208,8 +213,9 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
+def cluster(tmp_path: Path, db_url: str, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """Processes on the test's database: a SQLite file, or a PostgreSQL/MariaDB schema."""
+    c = Cluster(tmp_path, db_url)
     request.addfinalizer(c.close)
     yield c
 
@@ -397,6 +403,7 @@ def ends_by(cluster: Cluster, actor: str, item: int) -> list[int]:
     return [e["pid"] for e in cluster.events("end", actor, item)]
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_sigstopped_worker_finishes_its_turn_late_but_its_commit_is_refused(
     cluster: Cluster,
 ) -> None:
@@ -449,6 +456,7 @@ def test_sigstopped_worker_finishes_its_turn_late_but_its_commit_is_refused(
     assert b.alive()
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_worker_resumed_while_the_new_holder_is_mid_turn_cannot_commit(
     cluster: Cluster,
 ) -> None:
@@ -504,6 +512,7 @@ def test_worker_resumed_while_the_new_holder_is_mid_turn_cannot_commit(
     assert a.alive() and b.alive()
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_worker_paused_past_its_lease_cannot_commit_even_if_nobody_took_over(
     cluster: Cluster,
 ) -> None:
