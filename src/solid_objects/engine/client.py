@@ -177,7 +177,26 @@ class Client:
         self.ensure_schema()
         claim = self.pool.running and self.options.workers > 0
 
+        held = (
+            self.store.dialect.update_returning
+            and options.idempotency_key is None
+            and options.delay <= 0
+            and self.pool.holds_identity(definition.actor_type, actor_id)
+        )
+
         def body(tx: Tx) -> Enqueued:
+            if held:  # the warm path: no claim to consider, two statements
+                message = self.store.enqueue_to_held(
+                    tx,
+                    message_id=message_id,
+                    actor_type=definition.actor_type,
+                    actor_id=actor_id,
+                    operation=operation.name,
+                    arguments=arguments,
+                )
+                if message is not None:
+                    faults.point("enqueue.body")
+                    return Enqueued(message, existing=False, claimed=None)
             enqueued = self.store.enqueue(
                 tx,
                 message_id=message_id,

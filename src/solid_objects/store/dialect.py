@@ -91,6 +91,8 @@ class Dialect:
     group_commit = False
     #: A statement that notifies listeners when the transaction commits, if supported.
     notify_sql: str | None = None
+    #: ``UPDATE ... RETURNING`` (SQLite 3.35+, PostgreSQL; not MySQL or MariaDB 10).
+    update_returning = False
     begin_sql = "BEGIN"
 
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
@@ -187,6 +189,7 @@ class SQLiteDialect(Dialect):
     for_update = ""
     named_style = "named"
     begin_sql = "BEGIN IMMEDIATE"
+    update_returning = True
 
     #: SQLite has one writer: a process sends its writes through one group-commit thread.
     group_commit = True
@@ -233,6 +236,7 @@ class PostgreSQLDialect(Dialect):
     now_ms = "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)"
     supports_skip_locked = True
     notify_sql = "SELECT pg_notify(:channel, :payload)"
+    update_returning = True
 
     def is_transient(self, error: BaseException | None) -> bool:
         # deadlock_detected, serialization_failure

@@ -335,6 +335,35 @@ class Store(OutboxStatements, AdminStatements):
             row = tx.row(select, params)
         return row
 
+    def enqueue_to_held(
+        self,
+        tx: Tx,
+        *,
+        message_id: str,
+        actor_type: str,
+        actor_id: str,
+        operation: str,
+        arguments: str,
+    ) -> MessageRow | None:
+        """Append to the mailbox of an actor this process already holds: two statements.
+
+        No claim is needed, so the sequence number comes from one ``UPDATE ...
+        RETURNING`` (where the database has it). None when the actor row does not
+        exist; the caller then uses :meth:`enqueue`.
+        """
+        row = tx.row(
+            "UPDATE {actors} SET next_seq = next_seq + 1, ready_at = COALESCE(ready_at, {now}) "
+            "WHERE actor_type = :t AND actor_id = :i RETURNING pk, next_seq - 1, {now}",
+            {"t": actor_type, "i": actor_id},
+        )
+        if row is None:
+            return None
+        pk, seq, now = int(row[0]), int(row[1]), int(row[2])
+        message = _scheduled(message_id, pk, actor_type, actor_id, operation, arguments, None, now)
+        message.seq, message.status = seq, "queued"
+        self._insert_message(tx, message, now)
+        return message
+
     def enqueue_later(
         self,
         tx: Tx,
