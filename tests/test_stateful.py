@@ -26,6 +26,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -40,6 +41,8 @@ from .conftest import FAST
 
 ACTORS = ["a", "b", "c"]
 HANDLED: list[tuple[str, int]] = []
+#: Steps taken, by kind (read by scripts/soak.py).
+STEPS: Counter[str] = Counter()
 
 
 class Tape(Actor):
@@ -89,12 +92,14 @@ class Interleavings(RuleBasedStateMachine):
 
     @rule(actor=st.sampled_from(ACTORS))
     def send(self, actor: str) -> None:
+        STEPS["send"] += 1
         value, self.next_value = self.next_value, self.next_value + 1
         self.rt.ref(Tape, actor).add.send(value=value)
         self.acknowledged[actor].append(value)
 
     @rule()
     def run_some(self) -> None:
+        STEPS["run_some"] += 1
         pool = self.rt._pool
         pool.poller.run_due()
         pool.poller.poll_once(capacity=2)
@@ -109,6 +114,7 @@ class Interleavings(RuleBasedStateMachine):
         actor=st.sampled_from(ACTORS),
     )
     def crash(self, point: str, actor: str) -> None:
+        STEPS["crash"] += 1
         hit: list[str] = []
 
         def hook(name: str) -> None:
@@ -132,6 +138,7 @@ class Interleavings(RuleBasedStateMachine):
     def stall_past_lease(self, actor: str) -> None:
         """A worker stops after running turns, before committing (SIGSTOP); another
         takes over and commits; then the stalled one wakes up and tries to commit."""
+        STEPS["stall_past_lease"] += 1
         self.send(actor)
         stalled, reached, resume = self.rt, threading.Event(), threading.Event()
 
@@ -155,6 +162,7 @@ class Interleavings(RuleBasedStateMachine):
 
     @rule()
     def expire_leases(self) -> None:
+        STEPS["expire_leases"] += 1
         self.rt.store.transact(
             lambda tx: tx.run(
                 "UPDATE solid_actors SET lease_expires_at = 0 WHERE lease_owner IS NOT NULL"
@@ -166,6 +174,7 @@ class Interleavings(RuleBasedStateMachine):
 
     @rule()
     def fire_reminders(self) -> None:
+        STEPS["fire_reminders"] += 1
         self.rt.testing.run_due_reminders(one_day_later(self.rt), timeout=5)
 
     @invariant()
