@@ -471,6 +471,19 @@ class AuditEntry:
 # --- cursors ----------------------------------------------------------------------------
 
 
+R = TypeVar("R")
+
+
+def _page(
+    rows: list[R], limit: int, kind: str, key: Callable[[R], Any]
+) -> tuple[list[R], str | None]:
+    """Trim a ``limit + 1`` read to ``limit`` rows; the cursor of the next page, if any."""
+    if len(rows) <= limit:
+        return rows, None
+    rows = rows[:limit]
+    return rows, _encode_cursor(kind, key(rows[-1]))
+
+
 def _encode_cursor(kind: str, value: Any) -> str:
     raw = json.dumps([kind, value], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
@@ -670,11 +683,9 @@ class Administration:
                 after=None if after is None else _pair(after),
                 limit=limit + 1,
             )
-        next_cursor = None
-        if len(rows) > limit:
-            rows = rows[:limit]
-            last = rows[-1]
-            next_cursor = _encode_cursor("dead_letters", [last.completed_at or 0, last.id])
+        rows, next_cursor = _page(
+            rows, limit, "dead_letters", lambda last: [last.completed_at or 0, last.id]
+        )
         return Page([DeadLetter.of(r) for r in rows], next_cursor, _time(now))
 
     def get_dead_letter(self, message_id: str) -> DeadLetter:
@@ -839,10 +850,7 @@ class Administration:
             rows = store.list_actors(
                 tx, actor_type, after=None if after is None else str(after), limit=limit + 1
             )
-        next_cursor = None
-        if len(rows) > limit:
-            rows = rows[:limit]
-            next_cursor = _encode_cursor("actors", rows[-1].actor_id)
+        rows, next_cursor = _page(rows, limit, "actors", lambda last: last.actor_id)
         return Page([self._summary(r, now) for r in rows], next_cursor, _time(now))
 
     @staticmethod
@@ -942,12 +950,13 @@ class Administration:
                 after=None if after is None else _pair(after),
                 limit=limit + 1,
             )
-        next_cursor = None
-        if len(rows) > limit:
-            rows = rows[:limit]
-            last = rows[-1]
-            key = last.completed_at if status in ("dead", "done") else last.created_at
-            next_cursor = _encode_cursor("effects", [key or 0, last.id])
+        finished = status in ("dead", "done")
+        rows, next_cursor = _page(
+            rows,
+            limit,
+            "effects",
+            lambda last: [(last.completed_at if finished else last.created_at) or 0, last.id],
+        )
         return Page([EffectInfo.of(r) for r in rows], next_cursor, _time(now))
 
     def get_effect(self, effect_id: str) -> EffectInfo:
@@ -1025,8 +1034,5 @@ class Administration:
                 after=None if after is None else str(after),
                 limit=limit + 1,
             )
-        next_cursor = None
-        if len(rows) > limit:
-            rows = rows[:limit]
-            next_cursor = _encode_cursor("audit", rows[-1].id)
+        rows, next_cursor = _page(rows, limit, "audit", lambda last: last.id)
         return Page([AuditEntry.of(r) for r in rows], next_cursor, _time(now))
