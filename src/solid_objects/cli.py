@@ -191,11 +191,12 @@ def _admin(target: str) -> Iterator[Administration]:
     """The runtime's administration API acting as the CLI principal; errors become exits."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from .admin import NotFound, OperationRefused
     from .errors import (
         DatabaseError,
         InvalidArguments,
         MessageNotFound,
+        NotFound,
+        OperationRefused,
         SchemaNotInstalled,
         SchemaTooNew,
         Unauthorized,

@@ -92,6 +92,14 @@ class Unauthorized(SolidObjectsError):
     """The application's policy refused this call."""
 
 
+class NotFound(SolidObjectsError, LookupError):
+    """No dead letter, message, effect, reminder, process or actor has this id."""
+
+
+class OperationRefused(SolidObjectsError):
+    """The target's current state does not allow the operation (e.g. retry a discarded letter)."""
+
+
 class ApplicationWriteForbidden(SolidObjectsError):
     """Actor code used the runtime's engine directly; stage a commit action instead."""
 

@@ -1,0 +1,465 @@
+"""The administration API: ``runtime.admin``: status, dead letters, actors, effects, audit."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from ..codec import check_identifier
+from ..errors import InvalidArguments, NotFound, OperationRefused
+from ..store.admin import RetryOutcome, TypeCounts
+from ..store.store import new_id
+from .base import (
+    _BATCH,
+    AdminBase,
+    _check_ids,
+    _check_limit,
+    _check_reason,
+    _decode_cursor,
+    _page,
+    _pair,
+    log,
+)
+from .views import (
+    ActorDetail,
+    ActorSummary,
+    AuditEntry,
+    DeadLetter,
+    DiscardedDeadLetter,
+    EffectInfo,
+    LeaseInfo,
+    MailboxMessage,
+    Page,
+    ReminderInfo,
+    RetriedDeadLetter,
+    RetriedEffect,
+    Status,
+    TypeStatus,
+    _json,
+    _time,
+)
+
+if TYPE_CHECKING:
+    from ..store import Tx
+    from ..store.admin import ActorRow
+
+
+class Administration(AdminBase):
+    """Inspect and repair a runtime's actors; ``runtime.admin``.
+
+    ``runtime.admin`` carries the application's policy (``set_policy``) and no
+    principal; ``runtime.admin.as_principal(name)`` returns a view that acts as
+    ``name``. Views share the policy of the runtime, so changing it applies to
+    every view at once.
+    """
+
+    # --- status -------------------------------------------------------------------------
+
+    def status(self) -> Status:
+        """Counts per actor type: messages, retries, dead letters, effects, reminders, leases."""
+        self._authorize("status")
+        store = self._runtime.store
+        with store.read() as tx:
+            now, counts = store.status_counts(tx)
+        total = TypeCounts("*")
+        for c in counts:
+            for f in dataclasses.fields(TypeCounts):
+                if f.name != "actor_type":
+                    setattr(total, f.name, getattr(total, f.name) + getattr(c, f.name))
+        return Status(_time(now), [TypeStatus.of(c) for c in counts], TypeStatus.of(total))
+
+    # --- dead letters -------------------------------------------------------------------
+
+    def list_dead_letters(
+        self,
+        *,
+        actor_type: str | None = None,
+        actor_id: str | None = None,
+        operation: str | None = None,
+        state: str = "open",
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[DeadLetter]:
+        """Dead letters, the most recent death first.
+
+        ``state``: ``open`` (the default: neither retried nor discarded),
+        ``retried``, ``discarded`` or ``all``.
+        """
+        if state not in ("open", "retried", "discarded", "all"):
+            raise InvalidArguments(f"state must be open, retried, discarded or all, not {state!r}")
+        _check_limit(limit)
+        after = _decode_cursor(cursor, "dead_letters")
+        self._authorize(
+            "dead_letters.list",
+            actor_type=actor_type,
+            actor_id=actor_id,
+            operation=operation,
+            state=state,
+        )
+        store = self._runtime.store
+        with store.read() as tx:
+            now = store.now(tx)
+            rows = store.list_dead_letters(
+                tx,
+                actor_type=actor_type,
+                actor_id=actor_id,
+                operation=operation,
+                state=state,
+                after=None if after is None else _pair(after),
+                limit=limit + 1,
+            )
+        rows, next_cursor = _page(
+            rows, limit, "dead_letters", lambda last: [last.completed_at or 0, last.id]
+        )
+        return Page([DeadLetter.of(r) for r in rows], next_cursor, _time(now))
+
+    def get_dead_letter(self, message_id: str) -> DeadLetter:
+        """One dead letter, with its resolution if an operator handled it."""
+        check_identifier(message_id, what="message id")
+        self._authorize("dead_letters.inspect", message_id=message_id)
+        store = self._runtime.store
+        with store.read() as tx:
+            row, status = store.dead_letter(tx, message_id)
+        if row is None:
+            raise NotFound(f"no message {message_id!r} (never sent, or pruned)")
+        if status != "dead":
+            raise NotFound(f"message {message_id} is {status}, not a dead letter")
+        return DeadLetter.of(row)
+
+    def retry_dead_letter(self, message_id: str, *, reason: str | None = None) -> RetriedDeadLetter:
+        """Send a dead letter again; see :meth:`retry_dead_letters`."""
+        return self.retry_dead_letters([message_id], reason=reason)[0]
+
+    def retry_dead_letters(
+        self, message_ids: Sequence[str], *, reason: str | None = None
+    ) -> list[RetriedDeadLetter]:
+        """Send each dead letter's operation and arguments again, to the tail of its mailbox.
+
+        Idempotent: a dead letter is retried once, however often this is called
+        (later calls return the first retry's message id with ``already=True``).
+        Every id is checked first; if one is unknown, not dead, discarded, or its
+        actor was destroyed since, :class:`NotFound` or :class:`OperationRefused`
+        is raised and nothing is written. Writes commit ``_BATCH`` ids at a time,
+        each with its audit record.
+        """
+        ids = _check_ids(message_ids, "message")
+        reason = _check_reason(reason)
+        principal = self._authorize("dead_letters.retry", message_ids=tuple(ids))
+        store = self._runtime.store
+        with store.read() as tx:
+            for message_id in ids:
+                self._check_retryable(tx, message_id)
+        results: list[RetriedDeadLetter] = []
+        for start in range(0, len(ids), _BATCH):
+            batch = ids[start : start + _BATCH]
+
+            def body(tx: Tx, batch: list[str] = batch) -> list[RetryOutcome]:
+                outcomes = [
+                    store.retry_dead_letter(
+                        tx,
+                        message_id,
+                        retry_id=new_id(),
+                        principal=principal,
+                        reason=reason,
+                        audit_id=new_id(),
+                    )
+                    for message_id in batch
+                ]
+                for outcome in outcomes:
+                    self._refuse_retry(outcome)  # raising rolls the whole batch back
+                return outcomes
+
+            outcomes = store.transact(body)
+            self._runtime._pool.route([o.enqueued for o in outcomes if o.enqueued is not None])
+            for o in outcomes:
+                assert o.retry_message_id is not None
+                results.append(
+                    RetriedDeadLetter(o.message_id, o.retry_message_id, o.kind != "retried")
+                )
+                if o.kind == "retried":
+                    log.info(
+                        "%s retried dead letter %s as %s",
+                        principal,
+                        o.message_id,
+                        o.retry_message_id,
+                        extra={"solid_action": "dead_letter_retried", "principal": principal},
+                    )
+        return results
+
+    def _check_retryable(self, tx: Tx, message_id: str) -> None:
+        store = self._runtime.store
+        row, status = store.dead_letter(tx, message_id)
+        if row is None:
+            self._refuse_retry(RetryOutcome("missing", message_id))
+        elif status != "dead":
+            self._refuse_retry(RetryOutcome("not_dead", message_id, status=status))
+        elif row.resolution == "discarded":
+            self._refuse_retry(RetryOutcome("discarded", message_id))
+
+    @staticmethod
+    def _refuse_retry(outcome: RetryOutcome) -> None:
+        mid = outcome.message_id
+        if outcome.kind == "missing":
+            raise NotFound(f"no message {mid!r} (never sent, or pruned)")
+        if outcome.kind == "not_dead":
+            raise OperationRefused(
+                f"message {mid} is {outcome.status}, not a dead letter: only dead letters "
+                "can be retried"
+            )
+        if outcome.kind == "discarded":
+            raise OperationRefused(f"dead letter {mid} was discarded; it cannot be retried")
+        if outcome.kind == "actor_gone":
+            raise OperationRefused(
+                f"the actor incarnation of dead letter {mid} was destroyed since; "
+                "retrying it would send it to a new, empty actor"
+            )
+
+    def discard_dead_letter(
+        self, message_id: str, *, reason: str | None = None
+    ) -> DiscardedDeadLetter:
+        return self.discard_dead_letters([message_id], reason=reason)[0]
+
+    def discard_dead_letters(
+        self, message_ids: Sequence[str], *, reason: str | None = None
+    ) -> list[DiscardedDeadLetter]:
+        """Mark dead letters discarded: they no longer list as open. Idempotent.
+
+        The message rows stay as they are (``dead``), so a caller holding a
+        reference still reads its failure. A dead letter that was already retried
+        cannot be discarded (:class:`OperationRefused`); nothing is written then.
+        """
+        ids = _check_ids(message_ids, "message")
+        reason = _check_reason(reason)
+        principal = self._authorize("dead_letters.discard", message_ids=tuple(ids))
+        store = self._runtime.store
+        results: list[DiscardedDeadLetter] = []
+        for start in range(0, len(ids), _BATCH):
+            batch = ids[start : start + _BATCH]
+
+            def body(tx: Tx, batch: list[str] = batch) -> list[DiscardedDeadLetter]:
+                done = []
+                for message_id in batch:
+                    o = store.discard_dead_letter(
+                        tx, message_id, principal=principal, reason=reason, audit_id=new_id()
+                    )
+                    if o.kind == "missing":
+                        raise NotFound(f"no message {message_id!r} (never sent, or pruned)")
+                    if o.kind == "not_dead":
+                        raise OperationRefused(
+                            f"message {message_id} is {o.status}, not a dead letter"
+                        )
+                    if o.kind == "retried":
+                        raise OperationRefused(
+                            f"dead letter {message_id} was already retried as "
+                            f"{o.retry_message_id}; it cannot be discarded"
+                        )
+                    done.append(DiscardedDeadLetter(message_id, o.kind != "discarded"))
+                return done
+
+            results.extend(store.transact(body))
+        return results
+
+    # --- actors -------------------------------------------------------------------------
+
+    def list_actors(
+        self, actor_type: str, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[ActorSummary]:
+        """Actors of one type, by id."""
+        check_identifier(actor_type, what="actor type")
+        _check_limit(limit)
+        after = _decode_cursor(cursor, "actors")
+        self._authorize("actors.list", actor_type=actor_type)
+        store = self._runtime.store
+        with store.read() as tx:
+            now = store.now(tx)
+            rows = store.list_actors(
+                tx, actor_type, after=None if after is None else str(after), limit=limit + 1
+            )
+        rows, next_cursor = _page(rows, limit, "actors", lambda last: last.actor_id)
+        return Page([self._summary(r, now) for r in rows], next_cursor, _time(now))
+
+    @staticmethod
+    def _lease(row: ActorRow, now: int) -> LeaseInfo | None:
+        if row.lease_owner is None:
+            return None
+        expires = row.lease_expires_at
+        return LeaseInfo(
+            row.lease_owner, row.lease_generation, _time(expires), expires is None or expires <= now
+        )
+
+    @staticmethod
+    def _retry_at(row: ActorRow, now: int) -> datetime | None:
+        backing_off = row.ready_at is not None and row.ready_at > now
+        return _time(row.ready_at) if backing_off and row.next_seq > row.done_seq + 1 else None
+
+    def _summary(self, row: ActorRow, now: int) -> ActorSummary:
+        return ActorSummary(
+            actor_type=row.actor_type,
+            actor_id=row.actor_id,
+            queued=row.next_seq - row.done_seq - 1,
+            attempt=row.attempt,
+            retry_at=self._retry_at(row, now),
+            paused=row.paused,
+            lease=self._lease(row, now),
+            updated_at=_time(row.updated_at),
+        )
+
+    def inspect_actor(self, actor_type: str, actor_id: str, *, limit: int = 50) -> ActorDetail:
+        """Committed state, mailbox, lease, unfinished effects and reminders of one actor.
+
+        ``limit`` bounds each list (queued and scheduled messages, effects, reminders).
+        """
+        check_identifier(actor_type, what="actor type")
+        check_identifier(actor_id, what="actor id")
+        _check_limit(limit)
+        self._authorize("actors.inspect", actor_type=actor_type, actor_id=actor_id)
+        store = self._runtime.store
+        with store.read() as tx:
+            now = store.now(tx)
+            row = store.actor_row(tx, actor_type, actor_id)
+            if row is None:
+                raise NotFound(f"no actor {actor_type} {actor_id!r} (never called, or destroyed)")
+            queued = store.mailbox(tx, row, limit)
+            scheduled = store.scheduled_of(tx, row.pk, limit)
+            effects = store.unfinished_effects_of(tx, row.pk, limit)
+            reminders = store.reminders_of(tx, row.pk, limit)
+            dead = store.open_dead_letters_of(tx, actor_type, actor_id)
+        return ActorDetail(
+            actor_type=row.actor_type,
+            actor_id=row.actor_id,
+            incarnation=row.pk,
+            state=_json(row.state),
+            state_version=row.state_version,
+            created_at=_time(row.created_at),
+            updated_at=_time(row.updated_at),
+            done_seq=row.done_seq,
+            next_seq=row.next_seq,
+            attempt=row.attempt,
+            retry_at=self._retry_at(row, now),
+            paused=row.paused,
+            lease=self._lease(row, now),
+            queued_total=row.next_seq - row.done_seq - 1,
+            queued=[MailboxMessage.of(m) for m in queued],
+            scheduled=[MailboxMessage.of(m) for m in scheduled],
+            effects=[EffectInfo.of(e) for e in effects],
+            reminders=[ReminderInfo.of(r) for r in reminders],
+            open_dead_letters=dead,
+            now=_time(now),
+        )
+
+    # --- effects ------------------------------------------------------------------------
+
+    def list_effects(
+        self,
+        *,
+        status: str = "dead",
+        actor_type: str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[EffectInfo]:
+        """Effects of one status (``dead`` by default), newest first."""
+        if status not in ("pending", "running", "done", "dead"):
+            raise InvalidArguments(f"status must be pending, running, done or dead, not {status!r}")
+        _check_limit(limit)
+        after = _decode_cursor(cursor, "effects")
+        self._authorize("effects.list", status=status, actor_type=actor_type, name=name)
+        store = self._runtime.store
+        with store.read() as tx:
+            now = store.now(tx)
+            rows = store.list_effects(
+                tx,
+                status=status,
+                actor_type=actor_type,
+                name=name,
+                after=None if after is None else _pair(after),
+                limit=limit + 1,
+            )
+        finished = status in ("dead", "done")
+        rows, next_cursor = _page(
+            rows,
+            limit,
+            "effects",
+            lambda last: [(last.completed_at if finished else last.created_at) or 0, last.id],
+        )
+        return Page([EffectInfo.of(r) for r in rows], next_cursor, _time(now))
+
+    def get_effect(self, effect_id: str) -> EffectInfo:
+        check_identifier(effect_id, what="effect id")
+        self._authorize("effects.inspect", effect_id=effect_id)
+        store = self._runtime.store
+        with store.read() as tx:
+            row = store.effect(tx, effect_id)
+        if row is None:
+            raise NotFound(f"no effect {effect_id!r}")
+        return EffectInfo.of(row)
+
+    def retry_effect(self, effect_id: str, *, reason: str | None = None) -> RetriedEffect:
+        return self.retry_effects([effect_id], reason=reason)[0]
+
+    def retry_effects(
+        self, effect_ids: Sequence[str], *, reason: str | None = None
+    ) -> list[RetriedEffect]:
+        """Put dead effects back to pending with their attempts reset.
+
+        The handler runs again with the same ``ctx.id``. Idempotent: an effect that
+        is no longer dead (pending, running) is left alone (``already=True``); a
+        ``done`` effect is refused, as is an unknown id, and nothing is written then.
+        """
+        ids = _check_ids(effect_ids, "effect")
+        reason = _check_reason(reason)
+        principal = self._authorize("effects.retry", effect_ids=tuple(ids))
+        store = self._runtime.store
+        results: list[RetriedEffect] = []
+        for start in range(0, len(ids), _BATCH):
+            batch = ids[start : start + _BATCH]
+
+            def body(tx: Tx, batch: list[str] = batch) -> list[RetriedEffect]:
+                done = []
+                for effect_id in batch:
+                    o = store.retry_effect(
+                        tx, effect_id, principal=principal, reason=reason, audit_id=new_id()
+                    )
+                    if o.kind == "missing":
+                        raise NotFound(f"no effect {effect_id!r}")
+                    if o.kind == "not_dead" and o.status == "done":
+                        raise OperationRefused(
+                            f"effect {effect_id} is done; only dead effects can be retried"
+                        )
+                    done.append(
+                        RetriedEffect(effect_id, o.status or "pending", o.kind != "retried")
+                    )
+                return done
+
+            results.extend(store.transact(body))
+        self._runtime._pool.poller.wake()
+        return results
+
+    # --- audit --------------------------------------------------------------------------
+
+    def audit_log(
+        self,
+        *,
+        target_id: str | None = None,
+        principal: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[AuditEntry]:
+        """Audit records of changes made through this API, newest first."""
+        _check_limit(limit)
+        after = _decode_cursor(cursor, "audit")
+        self._authorize("audit.list", target_id=target_id, principal=principal)
+        store = self._runtime.store
+        with store.read() as tx:
+            now = store.now(tx)
+            rows = store.list_audit(
+                tx,
+                target_id=target_id,
+                principal=principal,
+                after=None if after is None else str(after),
+                limit=limit + 1,
+            )
+        rows, next_cursor = _page(rows, limit, "audit", lambda last: last.id)
+        return Page([AuditEntry.of(r) for r in rows], next_cursor, _time(now))

@@ -1,0 +1,328 @@
+"""What the administration API returns: frozen dataclasses, plain data for JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
+
+from ..store.admin import (
+    AuditRow,
+    DeadLetterRow,
+    EffectAdminRow,
+    MailboxRow,
+    ReminderAdminRow,
+    TypeCounts,
+)
+
+T = TypeVar("T")
+
+def _time(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def _json(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def to_jsonable(value: Any) -> Any:
+    """Plain JSON data for any value this module returns (datetimes as ISO 8601 UTC)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a listing; pass ``next_cursor`` back to get the next (None: the end)."""
+
+    items: list[T]
+    next_cursor: str | None
+    #: The database clock when the page was read (for "3 s ago").
+    now: datetime | None = None
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    id: str
+    actor_type: str
+    actor_id: str
+    operation: str
+    arguments: Any
+    attempts: int
+    #: The stored error document: ``{"type": ..., "message": ...}``.
+    error: Any
+    seq: int | None
+    idempotency_key: str | None
+    created_at: datetime | None
+    died_at: datetime | None
+    #: None while open; ``retried`` or ``discarded`` once an operator handled it.
+    resolution: str | None
+    retry_message_id: str | None
+    resolved_by: str | None
+    resolved_at: datetime | None
+    reason: str | None
+
+    @classmethod
+    def of(cls, row: DeadLetterRow) -> DeadLetter:
+        return cls(
+            id=row.id,
+            actor_type=row.actor_type,
+            actor_id=row.actor_id,
+            operation=row.operation,
+            arguments=_json(row.arguments),
+            attempts=row.attempts,
+            error=_json(row.error),
+            seq=row.seq,
+            idempotency_key=row.idempotency_key,
+            created_at=_time(row.created_at),
+            died_at=_time(row.completed_at),
+            resolution=row.resolution,
+            retry_message_id=row.retry_message_id,
+            resolved_by=row.resolved_by,
+            resolved_at=_time(row.resolved_at),
+            reason=row.reason,
+        )
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    #: The worker process holding the lease (``<pid>-<token>``).
+    owner: str
+    generation: int
+    expires_at: datetime | None
+    expired: bool
+
+
+@dataclass(frozen=True)
+class ActorSummary:
+    actor_type: str
+    actor_id: str
+    #: Messages in the mailbox, the one running (if any) included.
+    queued: int
+    #: How many times the head message has been started (0: nothing started).
+    attempt: int
+    #: When a failing head message is retried (None: not backing off).
+    retry_at: datetime | None
+    paused: bool
+    lease: LeaseInfo | None
+    updated_at: datetime | None
+
+
+@dataclass(frozen=True)
+class MailboxMessage:
+    id: str
+    seq: int | None
+    operation: str
+    arguments: Any
+    status: str
+    #: Failed attempts recorded so far (the head's current attempt is on the actor).
+    attempts: int
+    #: The last error of a message being retried.
+    error: Any
+    idempotency_key: str | None
+    #: For a delayed (``scheduled``) message, when it enters the mailbox.
+    available_at: datetime | None
+    created_at: datetime | None
+
+    @classmethod
+    def of(cls, row: MailboxRow) -> MailboxMessage:
+        return cls(
+            id=row.id,
+            seq=row.seq,
+            operation=row.operation,
+            arguments=_json(row.arguments),
+            status=row.status,
+            attempts=row.attempts,
+            error=_json(row.error),
+            idempotency_key=row.idempotency_key,
+            available_at=_time(row.available_at),
+            created_at=_time(row.created_at),
+        )
+
+
+@dataclass(frozen=True)
+class EffectInfo:
+    id: str
+    name: str
+    actor_type: str
+    actor_id: str
+    #: pending | running | done | dead
+    status: str
+    attempts: int
+    arguments: Any
+    error: Any
+    source_message_id: str
+    claimed_by: str | None
+    #: pending: when it may run; running: when the runner's claim expires.
+    available_at: datetime | None
+    created_at: datetime | None
+    completed_at: datetime | None
+
+    @classmethod
+    def of(cls, row: EffectAdminRow) -> EffectInfo:
+        return cls(
+            id=row.id,
+            name=row.name,
+            actor_type=row.actor_type,
+            actor_id=row.actor_id,
+            status=row.status,
+            attempts=row.attempts,
+            arguments=_json(row.arguments),
+            error=_json(row.error),
+            source_message_id=row.source_message_id,
+            claimed_by=row.claimed_by,
+            available_at=_time(row.available_at),
+            created_at=_time(row.created_at),
+            completed_at=_time(row.completed_at),
+        )
+
+
+@dataclass(frozen=True)
+class ReminderInfo:
+    operation: str
+    key: str
+    arguments: Any
+    due_at: datetime | None
+    every_seconds: float | None
+    missed: str
+    version: int
+
+    @classmethod
+    def of(cls, row: ReminderAdminRow) -> ReminderInfo:
+        return cls(
+            operation=row.operation,
+            key=row.key,
+            arguments=_json(row.arguments),
+            due_at=_time(row.due_at),
+            every_seconds=None if row.every_ms is None else row.every_ms / 1000,
+            missed=row.missed,
+            version=row.version,
+        )
+
+
+@dataclass(frozen=True)
+class ActorDetail:
+    actor_type: str
+    actor_id: str
+    #: The incarnation (``pk``): a destroyed and re-created actor gets a new one.
+    incarnation: int
+    #: The committed state as stored (None: nothing committed yet).
+    state: Any
+    state_version: int
+    created_at: datetime | None
+    updated_at: datetime | None
+    #: The last message that finished; the mailbox holds ``done_seq + 1 .. next_seq - 1``.
+    done_seq: int
+    next_seq: int
+    attempt: int
+    retry_at: datetime | None
+    paused: bool
+    lease: LeaseInfo | None
+    #: Messages in the mailbox (total), and the first of them, head first.
+    queued_total: int
+    queued: list[MailboxMessage]
+    #: Delayed messages that have not entered the mailbox yet.
+    scheduled: list[MailboxMessage]
+    #: Effects not done: pending, running or dead.
+    effects: list[EffectInfo]
+    reminders: list[ReminderInfo]
+    #: Dead letters of this actor nobody has retried or discarded yet.
+    open_dead_letters: int
+    #: The database clock when this was read.
+    now: datetime | None
+
+
+@dataclass(frozen=True)
+class TypeStatus:
+    actor_type: str
+    actors: int
+    queued: int
+    scheduled: int
+    #: Actors whose head message failed and waits for its retry.
+    retrying: int
+    paused: int
+    leases_held: int
+    #: Leases whose owner stopped renewing them (a crashed or stopped process).
+    leases_expired: int
+    dead_letters: int
+    effects_pending: int
+    effects_running: int
+    effects_dead: int
+    reminders: int
+
+    @classmethod
+    def of(cls, counts: TypeCounts) -> TypeStatus:
+        return cls(**{f.name: getattr(counts, f.name) for f in dataclasses.fields(cls)})
+
+
+@dataclass(frozen=True)
+class Status:
+    now: datetime | None
+    types: list[TypeStatus]
+    total: TypeStatus
+
+
+@dataclass(frozen=True)
+class RetriedDeadLetter:
+    message_id: str
+    #: The new message, at the tail of the actor's mailbox.
+    retry_message_id: str
+    #: True when an earlier retry had already sent it: nothing new was enqueued.
+    already: bool
+
+
+@dataclass(frozen=True)
+class DiscardedDeadLetter:
+    message_id: str
+    already: bool
+
+
+@dataclass(frozen=True)
+class RetriedEffect:
+    effect_id: str
+    #: The effect's status now.
+    status: str
+    #: True when it was not dead (already retried, running, or pending): nothing changed.
+    already: bool
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    id: str
+    at: datetime | None
+    principal: str
+    action: str
+    target_kind: str
+    target_id: str
+    actor_type: str | None
+    actor_id: str | None
+    detail: Any
+
+    @classmethod
+    def of(cls, row: AuditRow) -> AuditEntry:
+        return cls(
+            id=row.id,
+            at=_time(row.at),
+            principal=row.principal,
+            action=row.action,
+            target_kind=row.target_kind,
+            target_id=row.target_id,
+            actor_type=row.actor_type,
+            actor_id=row.actor_id,
+            detail=_json(row.detail),
+        )
