@@ -46,6 +46,10 @@ class Options:
     busy_timeout: float = 30.0
     #: Prefix of the library's table names.
     table_prefix: str = "solid_"
+    #: Redis URL for cross-process wake-ups (``redis://127.0.0.1:6379/0``), published after
+    #: each commit; for MySQL/MariaDB, which have no NOTIFY. None: NOTIFY on PostgreSQL,
+    #: polling elsewhere. Every process of one deployment should use the same path.
+    wakeup_url: str | None = None
 
     @classmethod
     def from_kwargs(cls, kwargs: dict[str, Any]) -> Options:
@@ -95,6 +99,12 @@ class Options:
             raise ConfigurationError("lease_duration must be at least 0.05 seconds")
         if self.sqlite_synchronous not in ("NORMAL", "FULL"):
             raise ConfigurationError("sqlite_synchronous must be 'NORMAL' or 'FULL'")
+        if self.wakeup_url is not None and not re.match(
+            r"(redis|rediss|unix)://", str(self.wakeup_url)
+        ):
+            raise ConfigurationError(
+                f"wakeup_url must be a redis://, rediss:// or unix:// URL, not {self.wakeup_url!r}"
+            )
         if not re.fullmatch(r"[a-z][a-z0-9_]{0,30}", self.table_prefix):
             raise ConfigurationError("table_prefix must match [a-z][a-z0-9_]{0,30}")
 

@@ -28,7 +28,7 @@ from .actor import Actor
 from .admin import Administration
 from .engine.client import Client
 from .engine.waiters import Waiters
-from .engine.wakeup import PostgresListener
+from .engine.wakeup import listener_for
 from .engine.worker import WorkerPool
 from .errors import ApplicationWriteForbidden, ConfigurationError
 from .options import Options
@@ -123,11 +123,7 @@ class Runtime:
         )
         event.listen(self.engine, "before_cursor_execute", _refuse_inside_turn)
         self._engine = Client(self.store, self._pool, self._waiters, self.options)
-        self._listener = (
-            PostgresListener(self.engine, lambda: self.store.channel, self._on_notification)
-            if self.store.dialect.notify_sql is not None
-            else None
-        )
+        self._listener = listener_for(self.store, self.options.wakeup_url, self._on_notification)
         self._closed = False
         self._stop_requested = threading.Event()
         self.testing = Testing(self)
@@ -201,7 +197,7 @@ class Runtime:
     # --- lifecycle --------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start this process's worker threads, and on PostgreSQL its LISTEN connection.
+        """Start this process's worker threads, and its wake-up subscription (NOTIFY, Redis).
 
         With ``workers=0`` only the listener starts, so callers here learn at once
         when another process finished their message.

@@ -1,25 +1,65 @@
-"""Cross-process wake-ups through PostgreSQL ``LISTEN/NOTIFY``.
+"""Cross-process wake-ups: PostgreSQL ``LISTEN/NOTIFY``, or Redis Pub/Sub.
 
-Commits that another process may be waiting for send ``pg_notify`` *inside*
-the committing transaction (PostgreSQL delivers it only if the transaction
-commits): ``w`` when an actor has new work nobody here holds, ``d:<id>`` when
-a message finished. One listening connection per runtime, outside the pool,
+Commits that another process may be waiting for announce themselves: ``w``
+when an actor has new work nobody here holds, ``d:<id>`` when a message
+finished. On PostgreSQL ``pg_notify`` is sent *inside* the committing
+transaction (delivered only if it commits). With ``wakeup_url`` (any
+database; the way for MySQL/MariaDB) the store hands each payload to
+:class:`RedisWakeup` *after* the commit, which publishes it from a thread of
+its own. Either way one subscribing connection per runtime, outside the pool,
 turns ``w`` into a poller wake-up and ``d:<id>`` into a nudge for a caller
 waiting on that message. Polling stays the durable fallback: a lost
-notification only costs latency. Other databases have no listener.
+notification, or a broker that is down, only costs latency.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Engine
 
+from ..errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from ..store import Store
+
 log = logging.getLogger("solid_objects.wakeup")
+
+#: Longest wait between two attempts to reach a broker that is down (seconds).
+_MAX_BACKOFF = 5.0
+
+
+class Listener(Protocol):
+    """What the runtime starts and stops: one subscribing connection per process."""
+
+    listening: threading.Event
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def listener_for(
+    store: Store, wakeup_url: str | None, on_payload: Callable[[str], None]
+) -> Listener | None:
+    """The wake-up path of a runtime: Redis if configured, else NOTIFY on PostgreSQL.
+
+    With Redis, the store is told to publish after each commit instead of notifying.
+    Other databases without ``wakeup_url`` have no listener: they poll.
+    """
+    if wakeup_url is not None:
+        redis = RedisWakeup(wakeup_url, lambda: store.channel, on_payload)
+        store.publish = redis.publish
+        return redis
+    if store.dialect.notify_sql is not None:
+        return PostgresListener(store.engine, lambda: store.channel, on_payload)
+    return None
 
 
 class PostgresListener:
@@ -81,3 +121,178 @@ class PostgresListener:
                     conn.close()
                 except Exception:
                     pass
+
+
+def _import_redis() -> Any:
+    try:
+        import redis
+    except ImportError:
+        raise ConfigurationError(
+            "wakeup_url needs the redis package: pip install 'solid-objects[redis]'"
+        ) from None
+    return redis
+
+
+class RedisWakeup:
+    """Wake-ups through Redis Pub/Sub, published after the database commit.
+
+    Redis is not transactional with the database, so a payload is published only
+    once its transaction committed (``Store.publish``), from a publisher thread: a
+    commit never waits on Redis and never fails because of it. A subscriber thread
+    holds one connection per process. While Redis is unreachable, payloads are
+    dropped (counted in ``dropped``) and both threads retry with a backoff up to
+    5 s, logging the outage once; every (re)subscription wakes the poller, since
+    work may have been announced while nobody listened.
+    """
+
+    def __init__(
+        self, url: str, channel: Callable[[], str], on_payload: Callable[[str], None]
+    ) -> None:
+        self._redis = _import_redis()
+        self._url = url
+        self._channel = channel
+        self._on_payload = on_payload
+        self._stop = threading.Event()
+        self._subscriber: threading.Thread | None = None
+        self._publisher: threading.Thread | None = None
+        self._outbox: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self.listening = threading.Event()
+        #: Payloads handed to Redis / dropped while it was unreachable / received.
+        self.published = 0
+        self.dropped = 0
+        self.received = 0
+        #: The last payloads received, newest last (for diagnostics and tests).
+        self.recent: collections.deque[str] = collections.deque(maxlen=256)
+
+    def start(self) -> None:
+        if self._subscriber is None:
+            self._stop.clear()
+            self._subscriber = threading.Thread(
+                target=self._subscribe, name="solid-redis-sub", daemon=True
+            )
+            self._subscriber.start()
+        self._ensure_publisher()
+
+    def stop(self) -> None:
+        """Stop subscribing; publish what is already queued, then stop publishing."""
+        self._stop.set()
+        with self._lock:
+            publisher, self._publisher = self._publisher, None
+        if publisher is not None:
+            self._outbox.put(None)
+            publisher.join(5)
+        subscriber, self._subscriber = self._subscriber, None
+        if subscriber is not None:
+            subscriber.join(5)
+
+    def publish(self, payload: str) -> None:
+        """Queue ``payload`` for publication; called after the commit, never blocks."""
+        self._ensure_publisher()
+        self._outbox.put(payload)
+
+    def _client(self, **options: Any) -> Any:
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        # Failures surface at once: the loops below own retries, backoff and logging.
+        return self._redis.Redis.from_url(
+            self._url, socket_connect_timeout=2.0, retry=Retry(NoBackoff(), 0), **options
+        )
+
+    def _ensure_publisher(self) -> None:
+        if self._publisher is None:
+            with self._lock:
+                if self._publisher is None:
+                    self._publisher = threading.Thread(
+                        target=self._publish_loop, name="solid-redis-pub", daemon=True
+                    )
+                    self._publisher.start()
+
+    def _publish_loop(self) -> None:
+        client: Any = None
+        backoff, down_until, failing = 0.1, 0.0, False
+        running = True
+        while running:
+            batch = [self._outbox.get()]
+            while len(batch) < 512:
+                try:
+                    batch.append(self._outbox.get_nowait())
+                except queue.Empty:
+                    break
+            running = None not in batch
+            payloads = [p for p in dict.fromkeys(batch) if p is not None]
+            if not payloads:
+                continue
+            if time.monotonic() < down_until:
+                self.dropped += len(payloads)  # polling picks the work up
+                continue
+            try:
+                if client is None:
+                    client = self._client(socket_timeout=2.0)
+                pipe = client.pipeline(transaction=False)
+                channel = self._channel()
+                for payload in payloads:
+                    pipe.publish(channel, payload)
+                pipe.execute()
+            except Exception as exc:
+                self.dropped += len(payloads)
+                if not failing:
+                    log.warning("cannot publish wake-ups to Redis (%r); polling covers", exc)
+                failing = True
+                down_until = time.monotonic() + backoff
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+                _close(client)
+                client = None
+                continue
+            self.published += len(payloads)
+            if failing:
+                log.info("publishing wake-ups to Redis again")
+            backoff, failing = 0.1, False
+        _close(client)
+
+    def _subscribe(self) -> None:
+        backoff, failing = 0.1, False
+        while not self._stop.is_set():
+            client: Any = None
+            pubsub: Any = None
+            try:
+                # Pings an idle connection, so a vanished server is noticed.
+                client = self._client(health_check_interval=10)
+                pubsub = client.pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(self._channel())
+                if failing:
+                    log.info("subscribed to Redis wake-ups again")
+                backoff, failing = 0.1, False
+                self.listening.set()
+                # Something may have been published while we were not subscribed.
+                self._on_payload("w")
+                while not self._stop.is_set():
+                    message = pubsub.get_message(timeout=1.0)
+                    if message is not None and message["type"] == "message":
+                        data = message["data"]
+                        payload = data.decode() if isinstance(data, bytes) else str(data)
+                        self.received += 1
+                        self.recent.append(payload)
+                        self._on_payload(payload)
+            except Exception as exc:
+                if not failing:
+                    log.warning(
+                        "Redis wake-up subscription failed (%r); polling only, retrying", exc
+                    )
+                failing = True
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+            finally:
+                self.listening.clear()
+                _close(pubsub)
+                _close(client)
+
+
+def _close(resource: Any) -> None:
+    """Close a Redis client or Pub/Sub object, ignoring errors (it may be broken)."""
+    if resource is not None:
+        try:
+            resource.close()
+        except Exception:
+            pass

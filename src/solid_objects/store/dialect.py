@@ -91,6 +91,8 @@ class Dialect:
     group_commit = False
     #: A statement that notifies listeners when the transaction commits, if supported.
     notify_sql: str | None = None
+    #: The database (and schema) these tables live in: scopes the wake-up channel.
+    scope_sql = "SELECT DATABASE()"
     #: ``UPDATE ... RETURNING`` (SQLite 3.35+, PostgreSQL; not MySQL or MariaDB 10).
     update_returning = False
     begin_sql = "BEGIN"
@@ -189,6 +191,7 @@ class SQLiteDialect(Dialect):
     for_update = ""
     named_style = "named"
     begin_sql = "BEGIN IMMEDIATE"
+    scope_sql = "SELECT file FROM pragma_database_list WHERE name = 'main'"
     update_returning = True
 
     #: SQLite has one writer: a process sends its writes through one group-commit thread.
@@ -236,6 +239,7 @@ class PostgreSQLDialect(Dialect):
     now_ms = "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)"
     supports_skip_locked = True
     notify_sql = "SELECT pg_notify(:channel, :payload)"
+    scope_sql = "SELECT current_database() || '.' || current_schema()"
     update_returning = True
 
     def is_transient(self, error: BaseException | None) -> bool:
@@ -251,6 +255,7 @@ class MySQLDialect(Dialect):
     # SYSDATE(6) is the time the function runs; NOW(6) is the statement's start.
     now_ms = "CAST(FLOOR(UNIX_TIMESTAMP(SYSDATE(6)) * 1000) AS SIGNED)"
     supports_skip_locked = True
+    scope_sql = "SELECT CONCAT(@@hostname, ':', @@port, '/', DATABASE())"
 
     def is_transient(self, error: BaseException | None) -> bool:
         # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT

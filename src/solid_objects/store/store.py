@@ -13,6 +13,7 @@ import hashlib
 import os
 import random
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
@@ -212,6 +213,10 @@ class Store(OutboxStatements, AdminStatements):
         self.dialect.configure(engine, options)
         self._sql: dict[str, str] = {}
         self._channel: str | None = None
+        #: Set when wake-ups go through a broker outside the database (Redis): called
+        #: with each ``notify`` payload once its transaction has committed.
+        self.publish: Callable[[str], None] | None = None
+        self._pending = threading.local()
         self._writer = (
             GroupWriter(engine, self.sql, self.dialect.begin_sql)
             if self.dialect.group_commit
@@ -245,6 +250,14 @@ class Store(OutboxStatements, AdminStatements):
         is for bodies that raise only before writing anything: on SQLite they skip
         the savepoint that would otherwise contain them.
         """
+        if self.publish is None:
+            return self._commit(body, isolated)
+        run, publish = self._publishing(body)
+        result = self._commit(run, isolated)
+        publish()
+        return result
+
+    def _commit(self, body: Callable[[Tx], T], isolated: bool) -> T:
         if self._writer is not None:
             return self._writer.submit(body, isolated=isolated).result()
         for attempt in range(_TRANSIENT_RETRIES + 1):
@@ -269,13 +282,40 @@ class Store(OutboxStatements, AdminStatements):
         Done callbacks may run on the group-commit thread; they must be quick.
         """
         if self._writer is not None:
-            return self._writer.submit(body, isolated=isolated)
+            if self.publish is None:
+                return self._writer.submit(body, isolated=isolated)
+            run, publish = self._publishing(body)
+            submitted = self._writer.submit(run, isolated=isolated)
+            submitted.add_done_callback(
+                lambda f: None if f.cancelled() or f.exception() else publish()
+            )
+            return submitted
         future: Future[T] = Future()
         try:
             future.set_result(self.transact(body))
         except Exception as exc:
             future.set_exception(exc)
         return future
+
+    def _publishing(self, body: Callable[[Tx], T]) -> tuple[Callable[[Tx], T], Callable[[], None]]:
+        """``body`` collecting its ``notify`` payloads, and what publishes them after commit."""
+        payloads: list[str] = []
+        local = self._pending
+
+        def run(tx: Tx) -> T:
+            payloads.clear()  # a body run again after a deadlock starts afresh
+            local.payloads = payloads
+            try:
+                return body(tx)
+            finally:
+                local.payloads = None
+
+        def publish() -> None:
+            if self.publish is not None:
+                for payload in dict.fromkeys(payloads):
+                    self.publish(payload)
+
+        return run, publish
 
     def close(self) -> None:
         if self._writer is not None:
@@ -300,24 +340,30 @@ class Store(OutboxStatements, AdminStatements):
 
     @property
     def channel(self) -> str:
-        """The LISTEN/NOTIFY channel of these tables (PostgreSQL).
+        """The wake-up channel of these tables (PostgreSQL NOTIFY, Redis Pub/Sub).
 
-        Notifications are per database, not per schema: the channel names the schema
-        too, so applications in other schemas of the same database are not woken.
+        Notifications are per database, not per schema, and a Redis server may serve
+        several databases: the channel names the schema (or MySQL database, or SQLite
+        file) too, so applications elsewhere are not woken.
         """
         if self._channel is None:
             with self.read() as tx:
-                where = str(tx.scalar("SELECT current_database() || '.' || current_schema()"))
+                where = str(tx.scalar(self.dialect.scope_sql))
             digest = hashlib.sha1(where.encode()).hexdigest()[:10]
             self._channel = f"{self.prefix}wake_{digest}"
         return self._channel
 
     def notify(self, tx: Tx, payload: str) -> None:
-        """Tell other processes, when this transaction commits (PostgreSQL only).
+        """Tell other processes, when this transaction commits (PostgreSQL, or Redis).
 
-        ``w``: there is new work; ``d:<message id>``: that message finished.
+        ``w``: there is new work; ``d:<message id>``: that message finished. With a
+        ``publish`` hook the payload is published after the commit instead.
         """
-        if self.dialect.notify_sql is not None:
+        if self.publish is not None:
+            pending: list[str] | None = getattr(self._pending, "payloads", None)
+            if pending is not None:
+                pending.append(payload)
+        elif self.dialect.notify_sql is not None:
             tx.row(self.dialect.notify_sql, {"channel": self.channel, "payload": payload})
 
     # --- enqueue ----------------------------------------------------------------------
