@@ -1,4 +1,8 @@
-"""Hazard 6.11: an idle process must be near-free — no writes, few reads."""
+"""Hazard 6.11: an idle process must be near-free: a heartbeat, few reads.
+
+The only write of an idle process is its registry heartbeat, one commit every
+``lease_duration / 3`` seconds (10 s by default), never one per poll.
+"""
 
 from __future__ import annotations
 
@@ -48,6 +52,7 @@ def test_an_idle_runtime_writes_nothing_and_reads_rarely(
         reads = 0
         time.sleep(1.5)
         idle_writes, idle_reads = len(writes), reads
-    assert idle_writes == 0
+    # lease_duration=3: a heartbeat each second, so at most two in 1.5 s, and nothing else
+    assert idle_writes <= 2
     # two reads per poll (ready actors, next due time) at most every poll_interval
     assert idle_reads <= 2 * (1.5 / 0.2) + 4

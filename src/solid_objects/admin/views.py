@@ -201,6 +201,10 @@ class ReminderInfo:
     every_seconds: float | None
     missed: str
     version: int
+    #: Paused by an operator: it keeps its schedule but does not fire.
+    paused: bool
+    actor_type: str
+    actor_id: str
 
     @classmethod
     def of(cls, row: ReminderAdminRow) -> ReminderInfo:
@@ -212,6 +216,9 @@ class ReminderInfo:
             every_seconds=None if row.every_ms is None else row.every_ms / 1000,
             missed=row.missed,
             version=row.version,
+            paused=row.paused,
+            actor_type=row.actor_type,
+            actor_id=row.actor_id,
         )
 
 

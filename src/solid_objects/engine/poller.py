@@ -114,22 +114,27 @@ class Poller:
         return len(sent)
 
     def maintain(self) -> int:
-        """Renew this process's leases in one statement; release idle activations."""
+        """Heartbeat, renew this process's leases, release idle activations: one commit.
+
+        Also recovers peers whose heartbeat expired (see ``engine.presence``).
+        """
         pool = self.pool
         idle = pool.idle_since(time.monotonic() - self.options.idle_timeout)
         held = pool.held_pks()
-        if not idle and not held:
-            return 0
 
         faults.point("lease.renew")
 
-        def body(tx: Tx) -> None:
-            self.store.renew(tx, pool.owner, held, self.options.lease_ms)
+        def body(tx: Tx) -> list[tuple[str, int, int]]:
+            pool.presence.beat(tx)
+            if held:
+                self.store.renew(tx, pool.owner, held, self.options.lease_ms)
             for a in idle:
                 self.store.release(tx, a.lease)
+            return pool.presence.recover_stale_peers(tx)
 
-        self.store.transact(body)
-        return len(idle)
+        recovered = self.store.transact(body)
+        pool.presence.log_recovered(recovered)
+        return len(idle) + len(recovered)
 
     # --- the loop ---------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from ..store import Claimed, Committed, Enqueued, MessageRow, Store, Tx
 from .actions import run_actions
 from .activation import Activation
 from .effects import EffectRunner
+from .presence import Presence
 from .turn import Limits, TurnOutcome, execute, failure
 from .waiters import Outcome, Waiters
 
@@ -72,6 +73,7 @@ class WorkerPool:
         #: Idle activations put back on the run queue by :meth:`signal` (for the poller).
         self.woken = 0
         self.effects = EffectRunner(store, registry, effects, options, owner, self.route)
+        self.presence = Presence(store, options, owner, registry)
         self.poller = Poller(self)
         self.effects.on_idle_slot = self.poller.wake
 
@@ -86,6 +88,10 @@ class WorkerPool:
             return
         self._stopping.clear()
         self.running = True
+        try:
+            self.store.transact(self.presence.register)
+        except DB_ERRORS:
+            log.exception("could not register this process; the next heartbeat will")
         self.effects.start()
         for n in range(self.options.workers):
             t = threading.Thread(target=self._work, name=f"solid-worker-{n}", daemon=True)
@@ -125,6 +131,10 @@ class WorkerPool:
         self.running = False
         self.release_all()
 
+    def _release_and_sign_off(self, tx: Tx) -> None:
+        self.store.release_all(tx, self.owner)
+        self.presence.stopped(tx)
+
     def release_all(self) -> None:
         """Give back every lease of this process, cached or orphaned."""
         faults.point("shutdown.release")
@@ -133,7 +143,7 @@ class WorkerPool:
             self._identities.clear()
             self._queue.clear()
         try:
-            self.store.transact(lambda tx: self.store.release_all(tx, self.owner))
+            self.store.transact(self._release_and_sign_off)
         except DB_ERRORS:
             log.exception(
                 "could not release leases; they expire in %.1fs", self.options.lease_duration

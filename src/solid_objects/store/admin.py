@@ -190,6 +190,10 @@ class ReminderAdminRow:
     every_ms: int | None
     missed: str
     version: int
+    paused: bool
+    actor_pk: int
+    actor_type: str
+    actor_id: str
 
 
 @dataclass(slots=True)
@@ -268,11 +272,21 @@ _EFFECT_COLS = (
     "id, actor_pk, actor_type, actor_id, source_message_id, name, arguments, status, attempts, "
     "available_at, claimed_by, error, created_at, completed_at"
 )
+REMINDER_COLS = (
+    "operation, rkey, arguments, due_at, every_ms, missed, version, paused, actor_pk, "
+    "actor_type, actor_id"
+)
 _AUDIT_COLS = "id, at, principal, action, target_kind, target_id, actor_type, actor_id, detail"
 
 
 def _int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def reminder_row(r: Sequence[Any]) -> ReminderAdminRow:
+    return ReminderAdminRow(
+        r[0], r[1], r[2], int(r[3]), _int(r[4]), r[5], int(r[6]), bool(r[7]), int(r[8]), r[9], r[10]
+    )
 
 
 def _dead_letter(r: Sequence[Any]) -> DeadLetterRow:
@@ -636,10 +650,10 @@ class AdminStatements:
 
     def reminders_of(self, tx: Tx, actor_pk: int, limit: int) -> list[ReminderAdminRow]:
         return [
-            ReminderAdminRow(r[0], r[1], r[2], int(r[3]), _int(r[4]), r[5], int(r[6]))
+            reminder_row(r)
             for r in tx.rows(
-                "SELECT operation, rkey, arguments, due_at, every_ms, missed, version "
-                "FROM {reminders} WHERE actor_pk = :pk ORDER BY due_at LIMIT :limit",
+                f"SELECT {REMINDER_COLS} FROM {{reminders}} WHERE actor_pk = :pk "
+                "ORDER BY due_at LIMIT :limit",
                 {"pk": actor_pk, "limit": limit},
             )
         ]

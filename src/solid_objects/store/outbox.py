@@ -248,7 +248,7 @@ class OutboxStatements:
         rows = tx.rows(
             f"SELECT {_REMINDER_COLS} FROM {{reminders}} "
             f"WHERE due_at <= COALESCE(:now, {{now}}) AND actor_type IN ({placeholders}) "
-            "ORDER BY due_at LIMIT :limit",
+            "AND paused = 0 ORDER BY due_at LIMIT :limit",
             {**params, "now": now, "limit": limit},
         )
         return [

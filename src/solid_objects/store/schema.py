@@ -29,7 +29,7 @@ from .admin import define_admin_tables, migrate_admin_tables
 from .dialect import Dialect
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def _ident(length: int) -> String:
@@ -151,6 +151,7 @@ def build_metadata(prefix: str) -> MetaData:
         Column("error", _big_text(), nullable=True),
         Column("created_at", BigInteger, nullable=False),
         Column("completed_at", BigInteger, nullable=True),
+        Index(f"{prefix}effects_actor", "actor_pk"),
         Index(
             f"{prefix}effects_due",
             "status",
@@ -178,7 +179,28 @@ def build_metadata(prefix: str) -> MetaData:
         Column("version", BigInteger, nullable=False),
         Column("created_at", BigInteger, nullable=False),
         Column("updated_at", BigInteger, nullable=False),
+        # An operator paused it: it keeps its schedule but does not fire (schema 4).
+        Column("paused", Integer, nullable=False, server_default="0"),
         Index(f"{prefix}reminders_due", "due_at"),
+    )
+    Table(
+        f"{prefix}processes",
+        md,
+        # The lease owner every lease and effect claim of the process carries.
+        Column("owner", String(64), primary_key=True),
+        Column("host", String(255), nullable=False),
+        Column("pid", BigInteger, nullable=False),
+        Column("version", String(32), nullable=False),
+        # JSON list of the actor types the process runs.
+        Column("actor_types", _big_text(), nullable=False),
+        Column("started_at", BigInteger, nullable=False),
+        Column("heartbeat_at", BigInteger, nullable=False),
+        # Stale once the database clock passes this without a new heartbeat.
+        Column("expires_at", BigInteger, nullable=False),
+        Column("stopped_at", BigInteger, nullable=True),
+        # drained (a clean stop) | stale (found dead) | released (by an operator)
+        Column("stop_reason", String(16), nullable=True),
+        Index(f"{prefix}processes_expiry", "stopped_at", "expires_at"),
     )
     define_admin_tables(md, prefix)
     return md
@@ -204,11 +226,28 @@ def _migrate_to_3(conn: Connection, md: MetaData) -> None:
     migrate_admin_tables(conn, md)
 
 
+def _migrate_to_4(conn: Connection, md: MetaData) -> None:
+    """Operations: the process registry, pausable reminders, effects by actor."""
+    from sqlalchemy import inspect
+
+    prefix = md.info["prefix"]
+    _create(conn, md, "processes")
+    columns = {c["name"] for c in inspect(conn).get_columns(f"{prefix}reminders")}
+    if "paused" not in columns:
+        conn.execute(
+            text(f"ALTER TABLE {prefix}reminders ADD COLUMN paused INTEGER NOT NULL DEFAULT 0")
+        )
+    for index in md.tables[f"{prefix}effects"].indexes:
+        if index.name == f"{prefix}effects_actor":
+            index.create(conn, checkfirst=True)
+
+
 #: Ordered migrations: entry ``n`` brings the schema from version ``n`` to ``n + 1``.
 MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_1,
     _migrate_to_2,
     _migrate_to_3,
+    _migrate_to_4,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

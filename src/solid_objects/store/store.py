@@ -27,8 +27,10 @@ from ..errors import DatabaseError, IdempotencyConflict, LeaseLost
 from ..staging import Staged
 from . import schema
 from .admin import AdminStatements
+from .control import ControlStatements
 from .dialect import Dialect, Tx, dialect_for
 from .outbox import OutboxStatements
+from .processes import ProcessStatements
 from .writer import GroupWriter
 
 T = TypeVar("T")
@@ -203,7 +205,7 @@ def _scheduled(
     )
 
 
-class Store(OutboxStatements, AdminStatements):
+class Store(OutboxStatements, AdminStatements, ControlStatements, ProcessStatements):
     """The database side of Solid Objects, for one engine and table prefix."""
 
     def __init__(self, engine: Engine, *, prefix: str = "solid_", options: dict[str, Any]) -> None:
@@ -903,7 +905,7 @@ class Store(OutboxStatements, AdminStatements):
         row = tx.row(
             "SELECT (SELECT MIN(ready_at) FROM {actors} WHERE ready_at > {now}), "
             "(SELECT MIN(available_at) FROM {messages} WHERE status = 'scheduled'), "
-            "(SELECT MIN(due_at) FROM {reminders}), "
+            "(SELECT MIN(due_at) FROM {reminders} WHERE paused = 0), "
             "(SELECT MIN(available_at) FROM {effects} WHERE status IN ('pending', 'running')), "
             "{now}"
         )

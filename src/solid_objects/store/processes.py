@@ -1,0 +1,200 @@
+"""SQL of the process registry: who is running workers, and who stopped answering.
+
+:class:`ProcessStatements` is mixed into :class:`~solid_objects.store.Store`.
+
+A process that runs workers registers a row keyed by its lease owner and
+renews ``expires_at`` with the same transaction that renews its leases (a
+heartbeat costs no extra commit). A row whose ``expires_at`` passed on the
+database clock is *stale*: the process was killed, paused or cut off.
+
+The registry is for people and for speed, not for safety: a stale process's
+leases expire by themselves and its commits are refused by the lease fence
+whatever the registry says. Recovering a stale process (:meth:`recover_process`)
+only hands its leases and effect claims back at once instead of at expiry, and
+marks the row stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .dialect import Tx
+
+_COLS = (
+    "owner, host, pid, version, actor_types, started_at, heartbeat_at, expires_at, stopped_at, "
+    "stop_reason"
+)
+
+
+@dataclass(slots=True)
+class ProcessRow:
+    owner: str
+    host: str
+    pid: int
+    version: str
+    actor_types: str
+    started_at: int
+    heartbeat_at: int
+    expires_at: int
+    stopped_at: int | None
+    stop_reason: str | None
+    #: Leases the process holds now (unexpired), filled in by :meth:`list_processes`.
+    leases: int = 0
+
+
+def _process(r: Sequence[Any]) -> ProcessRow:
+    return ProcessRow(
+        r[0],
+        r[1],
+        int(r[2]),
+        r[3],
+        r[4],
+        int(r[5]),
+        int(r[6]),
+        int(r[7]),
+        None if r[8] is None else int(r[8]),
+        r[9],
+    )
+
+
+class ProcessStatements:
+    """Mixin: statements over ``{processes}`` (and the leases and claims it names)."""
+
+    prefix: str
+
+    def _proc(self, template: str) -> str:
+        return template.replace("{processes}", f"{self.prefix}processes")
+
+    def register_process(
+        self,
+        tx: Tx,
+        *,
+        owner: str,
+        host: str,
+        pid: int,
+        version: str,
+        actor_types: str,
+        ttl_ms: int,
+    ) -> None:
+        """Insert the process row, or bring a stopped one back (a restarted runtime)."""
+        params = {
+            "owner": owner,
+            "host": host[:255],
+            "pid": pid,
+            "version": version[:32],
+            "types": actor_types,
+            "ttl": ttl_ms,
+        }
+        revived = tx.run(
+            self._proc(
+                "UPDATE {processes} SET actor_types = :types, heartbeat_at = {now}, "
+                "expires_at = {now} + :ttl, stopped_at = NULL, stop_reason = NULL "
+                "WHERE owner = :owner"
+            ),
+            params,
+        )
+        if revived == 0:
+            tx.run(
+                self._proc(
+                    "INSERT INTO {processes} (owner, host, pid, version, actor_types, "
+                    "started_at, heartbeat_at, expires_at) VALUES (:owner, :host, :pid, "
+                    ":version, :types, {now}, {now}, {now} + :ttl)"
+                ),
+                params,
+            )
+
+    def heartbeat(self, tx: Tx, owner: str, ttl_ms: int) -> bool:
+        """Renew the process row; False if there is none (never registered)."""
+        return (
+            tx.run(
+                self._proc(
+                    "UPDATE {processes} SET heartbeat_at = {now}, expires_at = {now} + :ttl, "
+                    "stopped_at = NULL, stop_reason = NULL WHERE owner = :owner"
+                ),
+                {"owner": owner, "ttl": ttl_ms},
+            )
+            == 1
+        )
+
+    def mark_stopped(self, tx: Tx, owner: str, reason: str) -> bool:
+        return (
+            tx.run(
+                self._proc(
+                    "UPDATE {processes} SET stopped_at = {now}, stop_reason = :reason "
+                    "WHERE owner = :owner AND stopped_at IS NULL"
+                ),
+                {"owner": owner, "reason": reason},
+            )
+            == 1
+        )
+
+    def list_processes(
+        self, tx: Tx, *, include_stopped: bool, after: str | None, limit: int
+    ) -> list[ProcessRow]:
+        """Processes by owner; live and stale ones, and stopped ones when asked."""
+        where = ["1 = 1"] if include_stopped else ["stopped_at IS NULL"]
+        if after is not None:
+            where.append("owner > :after")
+        rows = [
+            _process(r)
+            for r in tx.rows(
+                self._proc(
+                    f"SELECT {_COLS} FROM {{processes}} WHERE {' AND '.join(where)} "
+                    "ORDER BY owner LIMIT :limit"
+                ),
+                {"after": after, "limit": limit},
+            )
+        ]
+        for row in rows:
+            if row.stopped_at is None:
+                row.leases = int(
+                    tx.scalar(
+                        "SELECT COUNT(*) FROM {actors} WHERE lease_owner = :owner "
+                        "AND lease_expires_at > {now}",
+                        {"owner": row.owner},
+                    )
+                )
+        return rows
+
+    def process(self, tx: Tx, owner: str) -> ProcessRow | None:
+        row = tx.row(
+            self._proc(f"SELECT {_COLS} FROM {{processes}} WHERE owner = :owner"),
+            {"owner": owner},
+        )
+        return None if row is None else _process(row)
+
+    def stale_processes(self, tx: Tx, *, grace_ms: int, limit: int) -> list[str]:
+        """Owners of unstopped processes whose heartbeat expired ``grace_ms`` ago or more."""
+        return [
+            str(r[0])
+            for r in tx.rows(
+                self._proc(
+                    "SELECT owner FROM {processes} WHERE stopped_at IS NULL "
+                    "AND expires_at + :grace < {now} ORDER BY expires_at LIMIT :limit"
+                ),
+                {"grace": grace_ms, "limit": limit},
+            )
+        ]
+
+    def recover_process(self, tx: Tx, owner: str, reason: str) -> tuple[int, int]:
+        """Mark a process stopped; hand its leases and effect claims back now.
+
+        Safe whatever the process is really doing: its commits and effect outcomes
+        are fenced by the lease and the claim, which this takes away. Returns the
+        (leases, effect claims) released.
+        """
+        self.mark_stopped(tx, owner, reason)
+        leases = tx.run(
+            "UPDATE {actors} SET lease_owner = NULL, lease_token = NULL, "
+            "lease_expires_at = NULL, ready_at = CASE WHEN next_seq > done_seq + 1 "
+            "THEN COALESCE(ready_at, {now}) ELSE NULL END WHERE lease_owner = :owner",
+            {"owner": owner},
+        )
+        claims = tx.run(
+            "UPDATE {effects} SET available_at = {now}, claimed_by = NULL "
+            "WHERE status = 'running' AND claimed_by = :owner",
+            {"owner": owner},
+        )
+        return leases, claims
