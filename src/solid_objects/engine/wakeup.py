@@ -238,7 +238,11 @@ class RedisWakeup:
             except Exception as exc:
                 self.dropped += len(payloads)
                 if not failing:
-                    log.warning("cannot publish wake-ups to Redis (%r); polling covers", exc)
+                    log.warning(
+                        "cannot publish wake-ups to Redis (%s: %s); polling covers, retrying",
+                        type(exc).__name__,
+                        exc,
+                    )
                 failing = True
                 down_until = time.monotonic() + backoff
                 backoff = min(backoff * 2, _MAX_BACKOFF)
@@ -278,7 +282,9 @@ class RedisWakeup:
             except Exception as exc:
                 if not failing:
                     log.warning(
-                        "Redis wake-up subscription failed (%r); polling only, retrying", exc
+                        "Redis wake-up subscription failed (%s: %s); polling only, retrying",
+                        type(exc).__name__,
+                        exc,
                     )
                 failing = True
                 self._stop.wait(backoff)
