@@ -36,7 +36,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,7 +50,9 @@ from solid_objects import Actor, Runtime
 from solid_objects.faults import SimulatedCrash, inject
 from solid_objects.store.store import Store
 
+from .apps.procapp import AppendLog
 from .conftest import FAST, count_rows
+from .test_processes import Cluster
 
 #: Bound on any wait for something that should happen well within it.
 STEP = 20.0
@@ -255,3 +260,59 @@ def test_the_stalled_commit_test_catches_a_planted_fence_bug(
         stalled_commit_scenario(db_url, items=4)
     # B committed [0, 1, 2, 3]; A's stale turn wrote the state it computed from [0].
     assert "{'items': [0, 1]} == {'items': [0, 1, 2, 3]}" in str(violation.value), violation.value
+
+
+# --- 2. four worker processes, sixteen caller threads, one identity --------------------
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, db_url: str, request: pytest.FixtureRequest) -> Cluster:
+    """Worker processes on the test's database (see ``tests/test_processes.py``)."""
+    c = Cluster(tmp_path, db_url)
+    request.addfinalizer(c.close)
+    return c
+
+
+@pytest.mark.slow
+def test_four_worker_processes_and_sixteen_callers_on_one_identity(
+    cluster: Cluster, backend: str
+) -> None:
+    """Every call's result is handed out once, and the state holds every item once, in order.
+
+    The callers pause together between rounds, longer than ``idle_timeout`` plus
+    a renewal period, so the holder releases the idle actor and the next round
+    may start in any of the four processes.
+    """
+    rt = cluster.caller()
+    workers = cluster.start_workers(
+        4, workers=2, lease_duration=1.0, idle_timeout=0.05, poll_interval=0.05
+    )
+    threads, rounds, per_round = 16, 4, 3
+    calls = rounds * per_round
+    log = rt.ref(AppendLog, "shared")
+    barrier = threading.Barrier(threads, timeout=STEP * 2)
+
+    def work(thread: int) -> list[dict[str, int]]:
+        got = []
+        for n in range(calls):
+            if n and n % per_round == 0:
+                barrier.wait()
+                time.sleep(0.5)
+            got.append(log.append(item=thread * 1000 + n))
+        return got
+
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(work, range(threads)))
+    total = threads * calls
+    lengths = sorted(r["length"] for chunk in results for r in chunk)
+    assert lengths == list(range(1, total + 1)), "a result was lost or handed out twice"
+    items = log.snapshot()["items"]
+    assert sorted(items) == sorted(t * 1000 + n for t in range(threads) for n in range(calls))
+    for t in range(threads):  # one thread's calls are sequential: applied in its order
+        mine = [i for i in items if i // 1000 == t]
+        assert mine == [t * 1000 + n for n in range(calls)]
+        assert [r["length"] for r in results[t]] == sorted(r["length"] for r in results[t])
+    served = Counter(r["pid"] for chunk in results for r in chunk)
+    assert set(served) <= set(workers)
+    print(f"{backend}: turns per worker process {dict(served)}")
+    assert all(w.alive() for w in workers.values())
