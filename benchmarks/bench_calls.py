@@ -42,6 +42,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -125,6 +126,8 @@ class Meter:
         # One cell per SQLite connection; a pooled connection is used by one thread at a
         # time, so its cell needs no lock.
         self._statement_cells: list[list[int]] | None = None
+        #: Servers: statements are the process-wide count of ``Tx`` statements.
+        self.process_statements = False
 
     def add_commit(self, logical: int) -> None:
         """One database transaction that holds ``logical`` write transactions."""
@@ -144,8 +147,36 @@ class Meter:
         with self._lock:
             cells = None if self._statement_cells is None else list(self._statement_cells)
             write_tx, commits = self.write_tx, self.commits
-        statements = None if cells is None else sum(c[0] for c in cells)
+        if self.process_statements:  # a server: the process-wide Tx statement count
+            statements: int | None = _TX_STATEMENTS[0]
+        else:
+            statements = None if cells is None else sum(c[0] for c in cells)
         return Sample(write_tx, commits, statements, process_cpu())
+
+
+#: Statements run through the library's ``Tx`` in this process (servers; see instrument()).
+_TX_STATEMENTS = [0]
+
+
+def _count_tx_statements() -> None:
+    """Wrap ``Tx.run``/``row``/``rows`` once so every statement the library runs is counted.
+
+    Servers have no trace callback; this counts the statements the runtime issues
+    through its one SQL entry point (``Tx``), not the driver's BEGIN/COMMIT.
+    """
+    from solid_objects.store.dialect import Tx
+
+    if getattr(Tx, "_bench_counted", False):
+        return
+    for name in ("run", "row", "rows"):
+        original = getattr(Tx, name)
+
+        def counted(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            _TX_STATEMENTS[0] += 1  # a racy += can lose a count under the GIL: it is a meter
+            return _original(self, *args, **kwargs)
+
+        setattr(Tx, name, counted)
+    Tx._bench_counted = True  # type: ignore[attr-defined]
 
 
 def instrument(rt: Runtime, meter: Meter, *, trace_statements: bool) -> None:
@@ -178,7 +209,10 @@ def instrument(rt: Runtime, meter: Meter, *, trace_statements: bool) -> None:
 
         store.dialect.write = counted_write  # type: ignore[method-assign]
 
-    if trace_statements and rt.engine.dialect.name == "sqlite":
+    if trace_statements and rt.engine.dialect.name != "sqlite":
+        _count_tx_statements()
+        meter.process_statements = True
+    elif trace_statements:
         meter.statement_cell()  # statements are counted (0 until a connection opens)
 
         @event.listens_for(rt.engine, "connect")
@@ -226,6 +260,10 @@ class Settings:
     synchronous: str
     trace_statements: bool
     call_timeout: float
+    #: The Python of the DBOS peer's virtualenv (None: no DBOS run).
+    dbos_python: str | None = None
+    #: Timed DBOS calls per cell (None: the same as ``calls``).
+    dbos_calls: int | None = None
 
     def runtime(self, *, workers: int) -> tuple[Runtime, Meter]:
         return new_runtime(self.url, workers=workers, synchronous=self.synchronous,
@@ -247,6 +285,8 @@ class CellRun:
     write_tx_per_call: float
     db_commits_per_call: float
     statements_per_call: float | None
+    #: Write transactions counted by the server itself (server-wide; None on SQLite).
+    server_write_tx_per_call: float | None
     cpu_s_per_call: float
     cpu_cores: float
 
@@ -386,6 +426,34 @@ def run_phase(
     return Phase(sorted(x for xs in per_thread for x in xs), errors, elapsed)
 
 
+@functools.cache
+def server_write_counter(url: str) -> Callable[[], int] | None:
+    """A server-side count of write transactions, read from the database itself.
+
+    PostgreSQL: the next transaction id (``pg_snapshot_xmax(pg_current_snapshot())``),
+    which advances once per transaction that wrote; MariaDB: ``Com_commit``. Both
+    are server-wide, so anything else the server runs in the window is counted too
+    (a cross-check of the in-process count, exact on a quiet server). None on SQLite.
+    """
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend not in ("postgresql", "mysql", "mariadb"):
+        return None
+    from sqlalchemy.pool import NullPool
+
+    engine = sqlalchemy.create_engine(url, poolclass=NullPool)
+    query = ("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+             if backend == "postgresql"
+             else "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
+                  "WHERE VARIABLE_NAME = 'COM_COMMIT'")
+
+    def read() -> int:
+        with engine.connect() as conn:
+            return int(conn.exec_driver_sql(query).scalar_one())
+
+    return read
+
+
 def measure_cell(
     settings: Settings,
     cell: Cell,
@@ -408,11 +476,20 @@ def measure_cell(
                          duration=None).errors
 
     marks: list[Sample] = []
+    server = server_write_counter(settings.url)
+    server_marks: list[int] = []
+
+    def before() -> None:
+        if server is not None:
+            server_marks.append(server())
+        marks.append(sample())
+
     phase = run_phase(caller, actor_id, cell.concurrency,
                       calls=None if settings.duration else settings.calls,
                       duration=settings.duration, limit=settings.max_cell_seconds,
-                      before=lambda: marks.append(sample()))
+                      before=before)
     delta = sample() - marks[0]
+    server_delta = None if server is None else server() - server_marks[0]
     if phase.latencies and delta.write_tx == 0:
         raise RuntimeError("the instrumentation counted no write transaction: the store's "
                            "internals changed; update instrument() in this script")
@@ -435,6 +512,7 @@ def measure_cell(
         write_tx_per_call=delta.write_tx * per,
         db_commits_per_call=delta.commits * per,
         statements_per_call=None if delta.statements is None else delta.statements * per,
+        server_write_tx_per_call=None if server_delta is None else server_delta * per,
         cpu_s_per_call=delta.cpu_s * per,
         cpu_cores=delta.cpu_s / phase.seconds,
     )
@@ -609,8 +687,19 @@ def machine() -> dict[str, Any]:
     }
 
 
-def evaluate_targets(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The stage's issue targets, judged on this run's medians."""
+#: The JS reference's published sync calls/s at 100 warm identities, concurrency 16, one
+#: process, as the issue quotes them (perf-baseline.md Part 1 has 56.7 and 41.3 for
+#: warm-many, 37.9 for warm-hot on PostgreSQL). It has no MySQL/MariaDB adapter.
+JS_ANCHOR = {"sqlite": 57.0, "postgresql": 39.0}
+
+
+def evaluate_targets(cells: list[dict[str, Any]], backend: str = "sqlite",
+                     dbos: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The issue's targets at 100 warm identities, concurrency 16, sync calls, one process.
+
+    A target whose reference is absent from the run (no DBOS run, no JS figure for
+    MariaDB, no raw limit) has ``met`` None.
+    """
 
     def find(shape: str, mode: str, concurrency: int) -> dict[str, Any] | None:
         for c in cells:
@@ -619,34 +708,82 @@ def evaluate_targets(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 return c
         return None
 
-    targets: list[dict[str, Any]] = []
     warm16 = find("warm", "call", 16)
-    targets.append({
-        "target": ">= 2000 calls/s across 100 warm identities at concurrency 16",
-        "measured": None if warm16 is None else warm16["ops_per_s"],
-        "unit": "calls/s (warm/call/c16)",
-        "met": None if warm16 is None else warm16["ops_per_s"] >= 2000,
-    })
-    hot1 = find("hot", "call", 1)
-    targets.append({
-        "target": "p50 < 5 ms for an uncontended call",
-        "measured": None if hot1 is None else hot1["p50_ms"],
-        "unit": "ms p50 (hot/call/c1)",
-        "met": None if hot1 is None else hot1["p50_ms"] < 5,
-    })
+    ops = None if warm16 is None else warm16["ops_per_s"]
+    targets: list[dict[str, Any]] = []
+
+    def add(target: str, measured: float | None, unit: str, met: bool | None) -> None:
+        targets.append({"target": target, "measured": measured, "unit": unit, "met": met})
+
+    fraction = None if warm16 is None else warm16["fraction_of_raw"]
+    add(">= 50% of the raw single-transaction commit rate (same run)", fraction,
+        "fraction of raw commits/s (warm/call/c16)",
+        None if fraction is None else fraction >= 0.5)
+    p99 = None if warm16 is None else warm16["p99_ms"]
+    add("p99 < 50 ms", p99, "ms p99 (warm/call/c16)", None if p99 is None else p99 < 50)
+    js = JS_ANCHOR.get(backend)
+    js_ratio = None if ops is None or js is None else ops / js
+    add(">= 20x the JS reference", js_ratio,
+        f"x the JS reference's {js} calls/s (warm/call/c16)" if js else
+        "x the JS reference (it has no figure for this database)",
+        None if js_ratio is None else js_ratio >= 20)
+    dbos_cell = None if dbos is None else next(
+        (c for c in dbos["cells"] if (c["shape"], c["concurrency"]) == ("warm", 16)), None)
+    dbos_ratio = (None if ops is None or dbos_cell is None or not dbos_cell["ops_per_s"]
+                  else ops / dbos_cell["ops_per_s"])
+    add(">= 10x DBOS (same run)", dbos_ratio,
+        "x DBOS workflows/s (warm/c16)" if dbos_cell else "x DBOS (not run on this database)",
+        None if dbos_ratio is None else dbos_ratio >= 10)
     in_process = [c for c in cells if c["processes"] == 0]
     worst = max(in_process, key=lambda c: c["write_tx_per_call"], default=None)
-    targets.append({
-        "target": "at most 2 write transactions per call from a process running workers",
-        "measured": None if worst is None else worst["write_tx_per_call"],
-        "unit": "logical write transactions per call (worst in-process cell: "
-                + ("-" if worst is None else f"{worst['shape']}/{worst['mode']}/"
-                   f"c{worst['concurrency']}") + ")",
+    add("at most 2 write transactions per call from a process running workers",
+        None if worst is None else worst["write_tx_per_call"],
+        "logical write transactions per call (worst in-process cell: "
+        + ("-" if worst is None else f"{worst['shape']}/{worst['mode']}/"
+           f"c{worst['concurrency']}") + ")",
         # Judged at two decimals: background maintenance (a lease renewal every
         # lease_duration/3) amortized over thousands of calls is not the call path.
-        "met": None if worst is None else round(worst["write_tx_per_call"], 2) <= 2.0,
-    })
+        None if worst is None else round(worst["write_tx_per_call"], 2) <= 2.0)
     return targets
+
+
+def server_version(url: str) -> str | None:
+    backend = make_url(url).get_backend_name()
+    if backend == "sqlite":
+        return sqlite3.sqlite_version
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return str(conn.exec_driver_sql("SELECT version()").scalar_one())
+    finally:
+        engine.dispose()
+
+
+def run_dbos(settings: Settings, backend: str) -> dict[str, Any] | None:
+    """The DBOS peer (``bench_dbos.py``) in its own virtualenv, same shapes and concurrency.
+
+    DBOS runs on SQLite (a temporary file, WAL) and PostgreSQL (a fresh database on
+    the same server); it has no MySQL/MariaDB system database, so there it is skipped.
+    """
+    if backend not in ("sqlite", "postgresql"):
+        print(f"dbos: skipped on {backend} (DBOS supports SQLite and PostgreSQL only)",
+              file=sys.stderr)
+        return None
+    url = "sqlite" if backend == "sqlite" else make_url(settings.url).set(
+        query={}).render_as_string(hide_password=False)
+    command = [str(settings.dbos_python), str(Path(__file__).resolve().parent / "bench_dbos.py"),
+               "--url", url, "--shapes", ",".join(settings.shapes),
+               "--concurrency", ",".join(map(str, settings.concurrency)),
+               "--warmup", str(settings.warmup), "--identities", str(settings.identities)]
+    command += (["--duration", str(settings.duration)] if settings.duration
+                else ["--calls", str(settings.dbos_calls or settings.calls)])
+    print(f"dbos: {' '.join(command[1:])}", file=sys.stderr)
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True,
+                          timeout=max(600.0, settings.max_cell_seconds * 20))
+    if done.returncode != 0 and not done.stdout.strip():
+        raise RuntimeError(f"the DBOS peer failed (exit {done.returncode})")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
 
 
 def fmt(value: float | None, spec: str) -> str:
@@ -656,13 +793,14 @@ def fmt(value: float | None, spec: str) -> str:
 
 def print_cells(cells: list[dict[str, Any]], raw: dict[int, dict[str, Any]]) -> None:
     header = (f"{'shape':<5} {'mode':<4} {'conc':>4} {'proc':>4} {'ops/s':>7} {'(min-max)':>13} "
-              f"{'p50':>6} {'p95':>6} {'p99':>7} {'wtx':>5} {'commit':>6} {'stmt':>5} "
+              f"{'p50':>6} {'p95':>6} {'p99':>7} {'wtx':>5} {'commit':>6} {'srv':>5} {'stmt':>5} "
               f"{'cpu ms':>6} {'raw/s':>7} {'of raw':>6}")
     print()
     print("latency in ms; wtx = logical write transactions per call; commit = database "
           "commits per call;")
-    print("stmt = SQL statements per call; cpu ms = process CPU per call (all processes); "
-          "of raw = ops/s / raw commits/s")
+    print("srv = write transactions per call counted by the server (server-wide); "
+          "stmt = SQL statements per call;")
+    print("cpu ms = process CPU per call (all processes); of raw = ops/s / raw commits/s")
     print(header)
     print("-" * len(header))
     for c in cells:
@@ -671,7 +809,8 @@ def print_cells(cells: list[dict[str, Any]], raw: dict[int, dict[str, Any]]) -> 
         print(f"{c['shape']:<5} {c['mode']:<4} {c['concurrency']:>4} {c['processes']:>4} "
               f"{c['ops_per_s']:>7.0f} {spread:>13} {c['p50_ms']:>6.2f} {c['p95_ms']:>6.2f} "
               f"{c['p99_ms']:>7.2f} {c['write_tx_per_call']:>5.2f} "
-              f"{c['db_commits_per_call']:>6.2f} {fmt(c['statements_per_call'], '>5.1f')} "
+              f"{c['db_commits_per_call']:>6.2f} {fmt(c['server_write_tx_per_call'], '>5.2f')} "
+              f"{fmt(c['statements_per_call'], '>5.1f')} "
               f"{c['cpu_s_per_call'] * 1000:>6.3f} "
               f"{fmt(None if r is None else r['commits_per_s'], '>7.0f')} "
               f"{fmt(c['fraction_of_raw'], '>6.3f')}")
@@ -687,6 +826,7 @@ def print_report(report: dict[str, Any]) -> None:
     print(f"Solid Objects {m['solid_objects']} ({m['git_commit']}{dirty}), Python {m['python']}, "
           f"SQLite {m['sqlite_library']}, SQLAlchemy {m['sqlalchemy']}, "
           f"{m['cpus_usable']} CPUs")
+    print(f"database: {report['database']} {report['server_version']}")
     load = [f"{x:.1f}" for x in m["load_average"] or ()]
     load_end = [f"{x:.1f}" for x in m["load_average_end"] or ()]
     print(f"load average (1/5/15 min) at start {'/'.join(load)}, at end {'/'.join(load_end)}")
@@ -698,8 +838,12 @@ def print_report(report: dict[str, Any]) -> None:
         print_cells(report["cells"], raw)
     if report["raw"]:
         print()
-        print(f"raw limit (stdlib sqlite3, BEGIN IMMEDIATE + INSERT 64 B + UPDATE + COMMIT, "
-              f"WAL, synchronous={s['synchronous']}):")
+        if report["database"] == "sqlite":
+            print(f"raw limit (stdlib sqlite3, BEGIN IMMEDIATE + INSERT 64 B + UPDATE + COMMIT, "
+                  f"WAL, synchronous={s['synchronous']}):")
+        else:
+            print(f"raw limit ({report['database']}, the library's driver, one connection per "
+                  "thread: INSERT 64 B + UPDATE + COMMIT):")
         for r in report["raw"]:
             print(f"  {r['threads']:>3} threads: {r['commits_per_s']:>8.0f} commits/s "
                   f"(min {r['commits_per_s_min']:.0f}, max {r['commits_per_s_max']:.0f}), "
@@ -714,9 +858,18 @@ def print_report(report: dict[str, Any]) -> None:
                   f"{i['cpu_s_per_s'] * 1000:.2f} ms CPU/s, "
                   f"{fmt(i['statements_per_s'], '.1f')} statements/s, "
                   f"{i['write_tx_per_s']:.2f} write tx/s, {i['db_commits_per_s']:.2f} commits/s")
+    if report.get("dbos"):
+        d = report["dbos"]
+        print()
+        print(f"DBOS {d['dbos']} peer on {d['database']} ({d['workload']}):")
+        for c in d["cells"]:
+            print(f"  {c['shape']:<5} c{c['concurrency']:<3} {c['ops_per_s']:>7.0f} ops/s, "
+                  f"p50 {c['p50_ms']:.2f} ms, p95 {c['p95_ms']:.2f} ms, "
+                  f"p99 {c['p99_ms']:.2f} ms, {c['commits_per_call']:.2f} commits/call, "
+                  f"{c['cpu_s_per_call'] * 1000:.2f} ms CPU/call")
     if report["cells"]:
         print()
-        print("targets of this stage:")
+        print("targets (100 warm identities, concurrency 16, sync calls, one process):")
         for t in report["targets"]:
             verdict = {True: "MET", False: "NOT MET", None: "not measured"}[t["met"]]
             print(f"  [{verdict}] {t['target']}: {fmt(t['measured'], '.3f')} {t['unit']}")
@@ -750,8 +903,15 @@ def run(settings: Settings, display_url: str) -> dict[str, Any]:
 
     db_file = sqlite_path(settings.url)
     raw_dir = None
+    measure_raw: Callable[[int], raw_commit.RawResult] | None = None
     if db_file is not None and settings.raw_seconds > 0:
         raw_dir = Path(tempfile.mkdtemp(prefix="solid-bench-raw-", dir=db_file.parent))
+        measure_raw = functools.partial(raw_commit.measure, raw_dir,
+                                        seconds=settings.raw_seconds,
+                                        synchronous=settings.synchronous)
+    elif settings.raw_seconds > 0:
+        measure_raw = functools.partial(raw_commit.measure_url, settings.url,
+                                        seconds=settings.raw_seconds)
 
     idle: list[IdleRun] = []
     if settings.idle_seconds > 0:
@@ -769,9 +929,8 @@ def run(settings: Settings, display_url: str) -> dict[str, Any]:
             # Interleaved passes: the raw limit at a concurrency, then that concurrency's cells.
             for conc in settings.concurrency:
                 raw_rate = None
-                if raw_dir is not None:
-                    r = raw_commit.measure(raw_dir, conc, seconds=settings.raw_seconds,
-                                           synchronous=settings.synchronous)
+                if measure_raw is not None:
+                    r = measure_raw(conc)
                     raw_runs.append(r)
                     raw_rate = r.commits_per_s
                     print(f"[pass {rep + 1}] raw c{conc}: {r.commits_per_s:,.0f} commits/s",
@@ -794,12 +953,16 @@ def run(settings: Settings, display_url: str) -> dict[str, Any]:
             shutil.rmtree(raw_dir, ignore_errors=True)
     if settings.idle_seconds > 0 and cells:
         idle.append(measure_idle(settings, 0, "after"))
+    backend = make_url(settings.url).get_backend_name()
+    dbos = run_dbos(settings, backend) if settings.dbos_python else None
 
     summaries = [c.summary() for c in cells]
     settings_out = asdict(settings)
     settings_out["url"] = display_url
     return {
         "benchmark": "solid-objects calls",
+        "database": backend,
+        "server_version": server_version(settings.url),
         "started": started,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": {**about, "load_average_end": machine()["load_average"]},
@@ -807,7 +970,8 @@ def run(settings: Settings, display_url: str) -> dict[str, Any]:
         "raw": summarize_raw(raw_runs),
         "cells": summaries,
         "idle": [asdict(i) for i in idle],
-        "targets": evaluate_targets(summaries),
+        "dbos": dbos,
+        "targets": evaluate_targets(summaries, backend, dbos),
     }
 
 
@@ -874,6 +1038,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--call-timeout", type=float,
                    help="seconds a call may wait before it counts as failed (default 60; "
                         "15 with --quick)")
+    p.add_argument("--dbos-python",
+                   help="the python of a virtualenv with benchmarks/requirements-peer.txt: "
+                        "also run the DBOS peer (SQLite and PostgreSQL)")
+    p.add_argument("--dbos-calls", type=int,
+                   help="timed DBOS calls per cell (default: --calls)")
     p.add_argument("--json", type=Path, help="write the full report as JSON here")
     p.add_argument("--worker-process", action="store_true", help=argparse.SUPPRESS)
     return p
@@ -922,6 +1091,8 @@ def main(argv: list[str] | None = None) -> int:
         synchronous=args.sqlite_synchronous,
         trace_statements=not args.no_trace,
         call_timeout=pick("call_timeout"),
+        dbos_python=args.dbos_python,
+        dbos_calls=args.dbos_calls,
     )
     try:
         report = run(settings, display_url if args.url else "temporary SQLite file")

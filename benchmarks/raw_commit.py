@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The raw SQLite commit limit, measured with the standard library's ``sqlite3``.
+"""The raw commit limit: SQLite with the stdlib ``sqlite3``, servers with the library's driver.
 
 The *minimal write transaction* (the same one as Part 3 of the performance
 baseline)::
@@ -15,6 +15,11 @@ updates its own 50 rows ("disjoint"). The result is commits per second and the
 latency of one transaction: the ceiling that no library issuing one
 transaction per call can beat on this machine, and the denominator of the
 "fraction of raw" that ``bench_calls.py`` reports.
+
+On PostgreSQL and MariaDB (:func:`measure_url`) the same two statements run
+through the DB-API driver of the URL (psycopg 3, PyMySQL: the ones the
+library uses), one connection per thread, autocommit off, ``commit()`` after
+the pair, on two tables with a random suffix that are dropped afterwards.
 
 Usage::
 
@@ -34,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -161,6 +167,86 @@ def measure(
         shutil.rmtree(path.parent, ignore_errors=True)
 
 
+def measure_url(url: str, threads: int, *, seconds: float = 2.0) -> RawResult:
+    """The minimal transaction on a server database, through the URL's own DB-API driver."""
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    engine = sqlalchemy.create_engine(url, poolclass=NullPool)
+    suffix = uuid.uuid4().hex[:10]
+    state, events = f"bench_raw_state_{suffix}", f"bench_raw_event_{suffix}"
+    autoinc = ("BIGSERIAL PRIMARY KEY" if engine.dialect.name == "postgresql"
+               else "BIGINT AUTO_INCREMENT PRIMARY KEY")
+    rows = max(1000, threads * ROWS_PER_THREAD)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"CREATE TABLE {state} (id INTEGER PRIMARY KEY, n BIGINT NOT NULL)")
+        conn.exec_driver_sql(f"CREATE TABLE {events} (id {autoinc}, k INTEGER NOT NULL, "
+                             "payload VARCHAR(200) NOT NULL)")
+        conn.exec_driver_sql(f"INSERT INTO {state} (id, n) VALUES (%(id)s, 0)",
+                             [{"id": i} for i in range(rows)])
+    try:
+        raws = [engine.raw_connection() for _ in range(threads)]
+        latencies: list[list[float]] = [[] for _ in range(threads)]
+        errors: list[BaseException] = []
+        start = threading.Barrier(threads + 1)
+        stop = threading.Event()
+        insert = f"INSERT INTO {events} (k, payload) VALUES (%s, %s)"
+        update = f"UPDATE {state} SET n = n + 1 WHERE id = %s"
+
+        def client(index: int) -> None:
+            raw = raws[index]
+            cursor = raw.cursor()
+            mine = latencies[index]
+            base = index * ROWS_PER_THREAD
+            i = 0
+            start.wait()
+            try:
+                while not stop.is_set():
+                    t0 = time.perf_counter()
+                    cursor.execute(insert, (index, PAYLOAD))
+                    cursor.execute(update, (base + i % ROWS_PER_THREAD,))
+                    raw.commit()
+                    mine.append(time.perf_counter() - t0)
+                    i += 1
+            except BaseException as exc:  # reported after the run
+                errors.append(exc)
+            finally:
+                cursor.close()
+
+        workers = [threading.Thread(target=client, args=(n,), daemon=True)
+                   for n in range(threads)]
+        for w in workers:
+            w.start()
+        start.wait()
+        cpu0, t0 = _cpu(), time.perf_counter()
+        time.sleep(seconds)
+        stop.set()
+        for w in workers:
+            w.join()
+        elapsed, cpu = time.perf_counter() - t0, _cpu() - cpu0
+        for raw in raws:
+            raw.close()
+        if errors:
+            raise RuntimeError(f"raw commit client failed: {errors[0]!r}") from errors[0]
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP TABLE {events}")
+            conn.exec_driver_sql(f"DROP TABLE {state}")
+        engine.dispose()
+    merged = sorted(x for per_thread in latencies for x in per_thread)
+    commits = len(merged)
+    return RawResult(
+        threads=threads,
+        synchronous="server default",
+        commits=commits,
+        seconds=elapsed,
+        commits_per_s=commits / elapsed,
+        p50_ms=percentile(merged, 50) * 1000,
+        p99_ms=percentile(merged, 99) * 1000,
+        cpu_s_per_commit=cpu / commits if commits else math.nan,
+    )
+
+
 def int_list(text: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
@@ -181,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--synchronous", choices=["NORMAL", "FULL"], default="NORMAL")
     parser.add_argument("--dir", type=Path, default=None,
                         help="directory for the temporary database files (default: system temp)")
+    parser.add_argument("--url", default=None,
+                        help="a PostgreSQL or MariaDB URL (default: SQLite files in --dir)")
     parser.add_argument("--json", type=Path, default=None, help="write all runs as JSON here")
     args = parser.parse_args(argv)
 
@@ -188,10 +276,13 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[RawResult] = []
     for _ in range(args.repeat):
         for threads in args.concurrency:
-            runs.append(measure(directory, threads, seconds=args.seconds,
-                                synchronous=args.synchronous))
-    print(f"SQLite {sqlite3.sqlite_version}, WAL, synchronous={args.synchronous}, "
-          f"{args.seconds:g} s per run, {args.repeat} pass(es); medians")
+            runs.append(
+                measure_url(args.url, threads, seconds=args.seconds) if args.url
+                else measure(directory, threads, seconds=args.seconds,
+                             synchronous=args.synchronous))
+    where = (args.url if args.url else
+             f"SQLite {sqlite3.sqlite_version}, WAL, synchronous={args.synchronous}")
+    print(f"{where}, {args.seconds:g} s per run, {args.repeat} pass(es); medians")
     print(f"{'threads':>7} {'commits/s':>11} {'min':>9} {'max':>9} {'p50 ms':>8} {'p99 ms':>8}")
     for threads in args.concurrency:
         mine = [r for r in runs if r.threads == threads]
