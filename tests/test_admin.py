@@ -239,6 +239,21 @@ def test_unauthorized_calls_raise_and_write_nothing(
             "effects.inspect": lambda: admin.get_effect("0" * 32),
             "effects.retry": lambda: admin.retry_effect("0" * 32),
             "audit.list": admin.audit_log,
+            "actors.pending": admin.actors_with_pending_work,
+            "actors.states": lambda: admin.actor_states("Ledger", ["L"]),
+            "actors.pause": lambda: admin.pause_actor("Ledger", "L"),
+            "actors.resume": lambda: admin.resume_actor("Ledger", "L"),
+            "actors.destroy": lambda: admin.destroy_actor("Ledger", "L"),
+            "orphans.list": admin.orphans,
+            "reminders.list": admin.list_reminders,
+            "reminders.pause": lambda: admin.pause_reminder("Ledger", "L", "apply"),
+            "reminders.resume": lambda: admin.resume_reminder("Ledger", "L", "apply"),
+            "reminders.cancel": lambda: admin.cancel_reminder("Ledger", "L", "apply"),
+            "reminders.run_now": lambda: admin.run_reminder_now("Ledger", "L", "apply"),
+            "processes.list": admin.list_processes,
+            "processes.recover": lambda: admin.recover_process("nobody"),
+            "retention.preview": lambda: admin.prune(timedelta(0), dry_run=True),
+            "retention.prune": lambda: admin.prune(timedelta(0)),
         }
 
     assert set(every_call(rt.admin)) == ACTIONS

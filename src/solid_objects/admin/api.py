@@ -22,6 +22,7 @@ from .base import (
     _pair,
     log,
 )
+from .maintenance import Maintenance
 from .views import (
     ActorDetail,
     ActorSummary,
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from ..store.admin import ActorRow
 
 
-class Administration(AdminBase):
+class Administration(Maintenance, AdminBase):
     """Inspect and repair a runtime's actors; ``runtime.admin``.
 
     ``runtime.admin`` carries the application's policy (``set_policy``) and no

@@ -22,10 +22,31 @@ READ_ACTIONS = frozenset(
         "effects.list",
         "effects.inspect",
         "audit.list",
+        "actors.pending",
+        "actors.states",
+        "orphans.list",
+        "reminders.list",
+        "processes.list",
+        "retention.preview",
     }
 )
 #: Actions that change something; each leaves an audit record.
-WRITE_ACTIONS = frozenset({"dead_letters.retry", "dead_letters.discard", "effects.retry"})
+WRITE_ACTIONS = frozenset(
+    {
+        "dead_letters.retry",
+        "dead_letters.discard",
+        "effects.retry",
+        "actors.pause",
+        "actors.resume",
+        "actors.destroy",
+        "reminders.pause",
+        "reminders.resume",
+        "reminders.cancel",
+        "reminders.run_now",
+        "processes.recover",
+        "retention.prune",
+    }
+)
 ACTIONS = READ_ACTIONS | WRITE_ACTIONS
 
 @dataclass(frozen=True, slots=True)

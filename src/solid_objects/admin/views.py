@@ -333,3 +333,72 @@ class AuditEntry:
             actor_id=row.actor_id,
             detail=_json(row.detail),
         )
+
+
+@dataclass(frozen=True)
+class ActorPause:
+    actor_type: str
+    actor_id: str
+    paused: bool
+    #: True when it already was in that state: nothing changed.
+    already: bool
+
+
+@dataclass(frozen=True)
+class ReminderChange:
+    actor_type: str
+    actor_id: str
+    operation: str
+    key: str
+    #: pause | resume | cancel | run_now
+    change: str
+    #: True when it already was in that state: nothing changed.
+    already: bool
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    #: The lease owner its leases and effect claims carry (``<pid>-<token>``).
+    owner: str
+    host: str
+    pid: int
+    version: str
+    actor_types: list[str]
+    #: live | stale (no heartbeat before ``expires_at``) | stopped
+    state: str
+    stop_reason: str | None
+    #: Leases it holds now (live and stale processes).
+    leases: int
+    started_at: datetime | None
+    heartbeat_at: datetime | None
+    expires_at: datetime | None
+    stopped_at: datetime | None
+
+
+@dataclass(frozen=True)
+class RecoveredProcess:
+    owner: str
+    leases_released: int
+    claims_released: int
+    #: True when it had already stopped or been recovered: nothing changed.
+    already: bool
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    #: Rows finished before this were candidates.
+    cutoff: datetime | None
+    dry_run: bool
+    #: Rows per kind: counted (dry run) or deleted.
+    rows: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Orphans:
+    """Rows that point at an actor incarnation that no longer exists."""
+
+    #: Queued or scheduled messages whose actor row is gone.
+    messages: int
+    reminders: int
+    #: Pending or running effects (they still run; listed for awareness).
+    effects: int

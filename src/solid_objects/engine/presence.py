@@ -54,9 +54,7 @@ class Presence:
         """Recover peers whose heartbeat expired; (owner, leases, claims) of each."""
         return [
             (owner, *self.store.recover_process(tx, owner, "stale"))
-            for owner in self.store.stale_processes(
-                tx, grace_ms=self.ttl_ms, limit=_RECOVER_BATCH
-            )
+            for owner in self.store.stale_processes(tx, grace_ms=self.ttl_ms, limit=_RECOVER_BATCH)
         ]
 
     @staticmethod

@@ -1,4 +1,4 @@
-"""SQL of the operator's controls: hold an actor's mailbox, and steer its reminders.
+"""SQL of the operator's controls (hold a mailbox, steer reminders) and reconciliation reads.
 
 :class:`ControlStatements` is mixed into :class:`~solid_objects.store.Store`.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from .admin import REMINDER_COLS, ReminderAdminRow, reminder_row
+from .admin import _ACTOR_COLS, REMINDER_COLS, ActorRow, ReminderAdminRow, _actor, reminder_row
 from .dialect import Tx
 
 ReminderChange = Literal["pause", "resume", "cancel", "run_now"]
@@ -98,9 +98,7 @@ class ControlStatements:
 
     def change_reminder(self, tx: Tx, row: ReminderAdminRow, change: ReminderChange) -> bool:
         """Apply one operator change to the reminder as read; False if it moved meanwhile."""
-        where = (
-            " WHERE actor_pk = :pk AND operation = :op AND rkey = :key AND version = :v"
-        )
+        where = " WHERE actor_pk = :pk AND operation = :op AND rkey = :key AND version = :v"
         params = {"pk": row.actor_pk, "op": row.operation, "key": row.key, "v": row.version}
         if change == "cancel":
             return tx.run("DELETE FROM {reminders}" + where, params) == 1
@@ -117,3 +115,50 @@ class ControlStatements:
             )
             == 1
         )
+
+    # --- reconciliation reads -------------------------------------------------------
+
+    def actors_with_pending_work(
+        self, tx: Tx, *, actor_type: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[ActorRow]:
+        """Actors whose mailbox is not empty, by (type, id)."""
+        where = ["next_seq > done_seq + 1"]
+        params: dict[str, Any] = {"t": actor_type, "limit": limit}
+        if actor_type is not None:
+            where.append("actor_type = :t")
+        if after is not None:
+            where.append("(actor_type > :a_t OR (actor_type = :a_t AND actor_id > :a_i))")
+            params.update(a_t=after[0], a_i=after[1])
+        return [
+            _actor(r)
+            for r in tx.rows(
+                f"SELECT {_ACTOR_COLS} FROM {{actors}} WHERE {' AND '.join(where)} "
+                "ORDER BY actor_type, actor_id LIMIT :limit",
+                params,
+            )
+        ]
+
+    def actors_by_ids(self, tx: Tx, actor_type: str, actor_ids: list[str]) -> list[ActorRow]:
+        placeholders = ", ".join(f":i{n}" for n in range(len(actor_ids)))
+        params: dict[str, Any] = {f"i{n}": i for n, i in enumerate(actor_ids)}
+        params["t"] = actor_type
+        return [
+            _actor(r)
+            for r in tx.rows(
+                f"SELECT {_ACTOR_COLS} FROM {{actors}} WHERE actor_type = :t "
+                f"AND actor_id IN ({placeholders})",
+                params,
+            )
+        ]
+
+    def orphan_counts(self, tx: Tx) -> tuple[int, int, int]:
+        """(messages, reminders, effects) not finished whose actor incarnation is gone."""
+        row = tx.row(
+            "SELECT (SELECT COUNT(*) FROM {messages} m WHERE m.status IN ('queued', "
+            "'scheduled') AND NOT EXISTS (SELECT 1 FROM {actors} a WHERE a.pk = m.actor_pk)), "
+            "(SELECT COUNT(*) FROM {reminders} r WHERE NOT EXISTS "
+            "(SELECT 1 FROM {actors} a WHERE a.pk = r.actor_pk)), "
+            "(SELECT COUNT(*) FROM {effects} e WHERE e.status IN ('pending', 'running') "
+            "AND NOT EXISTS (SELECT 1 FROM {actors} a WHERE a.pk = e.actor_pk))"
+        )
+        return int(row[0]), int(row[1]), int(row[2])

@@ -31,6 +31,7 @@ from .control import ControlStatements
 from .dialect import Dialect, Tx, dialect_for
 from .outbox import OutboxStatements
 from .processes import ProcessStatements
+from .retention import RetentionStatements
 from .writer import GroupWriter
 
 T = TypeVar("T")
@@ -205,7 +206,13 @@ def _scheduled(
     )
 
 
-class Store(OutboxStatements, AdminStatements, ControlStatements, ProcessStatements):
+class Store(
+    OutboxStatements,
+    AdminStatements,
+    ControlStatements,
+    ProcessStatements,
+    RetentionStatements,
+):
     """The database side of Solid Objects, for one engine and table prefix."""
 
     def __init__(self, engine: Engine, *, prefix: str = "solid_", options: dict[str, Any]) -> None:

@@ -1,0 +1,464 @@
+"""Administration: pausing actors, steering reminders, processes, retention, reconciliation.
+
+Mixed into :class:`~solid_objects.admin.Administration`. Every change is
+authorized first, validated before anything is written, and committed with
+its audit record in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, get_args
+
+from ..codec import check_identifier
+from ..errors import InvalidArguments, NotFound, OperationRefused
+from ..store.control import ReminderChange as ChangeKind
+from ..store.retention import PruneKind
+from ..store.store import new_id
+from .base import (
+    MAX_LIMIT,
+    AdminBase,
+    _check_limit,
+    _check_reason,
+    _decode_cursor,
+    _page,
+)
+from .views import (
+    ActorPause,
+    ActorSummary,
+    Orphans,
+    Page,
+    ProcessInfo,
+    PruneReport,
+    RecoveredProcess,
+    ReminderChange,
+    ReminderInfo,
+    _json,
+    _time,
+)
+
+if TYPE_CHECKING:
+    from ..store import Tx
+    from ..store.admin import ActorRow
+    from ..store.processes import ProcessRow
+
+#: Rows deleted per retention transaction: short transactions never hold up live work.
+PRUNE_BATCH = 500
+PRUNE_KINDS: tuple[PruneKind, ...] = get_args(PruneKind)
+
+
+def _identity(actor_type: str, actor_id: str) -> None:
+    check_identifier(actor_type, what="actor type")
+    check_identifier(actor_id, what="actor id")
+
+
+class Maintenance(AdminBase):
+    _summary: Callable[[ActorRow, int], ActorSummary]
+
+    def _audit(
+        self,
+        tx: Tx,
+        principal: str,
+        action: str,
+        kind: str,
+        target: str,
+        *,
+        actor: tuple[str, str] | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        self._runtime.store.write_audit(
+            tx,
+            audit_id=new_id(),
+            principal=principal,
+            action=action,
+            target_kind=kind,
+            target_id=target[:255],
+            actor_type=None if actor is None else actor[0],
+            actor_id=None if actor is None else actor[1],
+            detail=detail,
+        )
+
+    # --- actors -------------------------------------------------------------------------
+
+    def pause_actor(
+        self, actor_type: str, actor_id: str, *, reason: str | None = None
+    ) -> ActorPause:
+        """Hold an actor's mailbox: calls are still accepted, none runs until resumed.
+
+        Takes effect at once in every process: a turn running now is refused at
+        its commit (it runs again after the resume), and no worker claims the actor.
+        """
+        return self._set_paused(actor_type, actor_id, True, reason)
+
+    def resume_actor(
+        self, actor_type: str, actor_id: str, *, reason: str | None = None
+    ) -> ActorPause:
+        """Let a paused actor's mailbox run again, in order, from where it stopped."""
+        return self._set_paused(actor_type, actor_id, False, reason)
+
+    def _set_paused(
+        self, actor_type: str, actor_id: str, paused: bool, reason: str | None
+    ) -> ActorPause:
+        _identity(actor_type, actor_id)
+        reason = _check_reason(reason)
+        action = "actors.pause" if paused else "actors.resume"
+        principal = self._authorize(action, actor_type=actor_type, actor_id=actor_id)
+        store = self._runtime.store
+
+        def body(tx: Tx) -> bool:
+            changed = store.set_paused(tx, actor_type, actor_id, paused)
+            if changed is None:
+                raise NotFound(f"no actor {actor_type} {actor_id!r} (never called, or destroyed)")
+            if changed:
+                self._audit(
+                    tx,
+                    principal,
+                    action,
+                    "actor",
+                    f"{actor_type}/{actor_id}",
+                    actor=(actor_type, actor_id),
+                    detail={"reason": reason},
+                )
+            return changed
+
+        changed = store.transact(body)
+        if changed and not paused:
+            self._runtime._pool.poller.wake()
+        return ActorPause(actor_type, actor_id, paused, already=not changed)
+
+    def destroy_actor(self, actor_type: str, actor_id: str, *, reason: str | None = None) -> bool:
+        """End the actor's incarnation, as ``runtime.destroy`` does; False if there was none."""
+        _identity(actor_type, actor_id)
+        reason = _check_reason(reason)
+        principal = self._authorize("actors.destroy", actor_type=actor_type, actor_id=actor_id)
+        store = self._runtime.store
+
+        def body(tx: Tx) -> bool:
+            destroyed = store.destroy(tx, actor_type, actor_id)
+            if destroyed:
+                self._audit(
+                    tx,
+                    principal,
+                    "actors.destroy",
+                    "actor",
+                    f"{actor_type}/{actor_id}",
+                    actor=(actor_type, actor_id),
+                    detail={"reason": reason},
+                )
+            return destroyed
+
+        return store.transact(body)
+
+    def actors_with_pending_work(
+        self, *, actor_type: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> Page[ActorSummary]:
+        """Actors whose mailbox is not empty, by type and id (reconciliation)."""
+        if actor_type is not None:
+            check_identifier(actor_type, what="actor type")
+        _check_limit(limit)
+        after = _decode_cursor(cursor, "pending")
+        self._authorize("actors.pending", actor_type=actor_type)
+        store = self._runtime.store
+        with store.read() as tx:
+            now = store.now(tx)
+            rows = store.actors_with_pending_work(
+                tx,
+                actor_type=actor_type,
+                after=None if after is None else (str(after[0]), str(after[1])),
+                limit=limit + 1,
+            )
+        rows, next_cursor = _page(
+            rows, limit, "pending", lambda last: [last.actor_type, last.actor_id]
+        )
+        return Page([self._summary(r, now) for r in rows], next_cursor, _time(now))
+
+    def actor_states(self, actor_type: str, actor_ids: Sequence[str]) -> dict[str, Any]:
+        """Committed state of each listed actor that exists (reconciliation with your data)."""
+        check_identifier(actor_type, what="actor type")
+        ids = [actor_ids] if isinstance(actor_ids, str) else list(dict.fromkeys(actor_ids))
+        if not 1 <= len(ids) <= MAX_LIMIT:
+            raise InvalidArguments(f"give 1 to {MAX_LIMIT} actor ids, not {len(ids)}")
+        for actor_id in ids:
+            check_identifier(actor_id, what="actor id")
+        self._authorize("actors.states", actor_type=actor_type, actor_ids=tuple(ids))
+        store = self._runtime.store
+        with store.read() as tx:
+            rows = store.actors_by_ids(tx, actor_type, ids)
+        return {r.actor_id: _json(r.state) for r in rows}
+
+    def orphans(self) -> Orphans:
+        """Unfinished rows whose actor incarnation no longer exists (should all be 0)."""
+        self._authorize("orphans.list")
+        store = self._runtime.store
+        with store.read() as tx:
+            return Orphans(*store.orphan_counts(tx))
+
+    # --- reminders ----------------------------------------------------------------------
+
+    def list_reminders(
+        self,
+        *,
+        actor_type: str | None = None,
+        actor_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[ReminderInfo]:
+        """Reminders, soonest first, optionally of one type or one actor."""
+        if actor_type is not None:
+            check_identifier(actor_type, what="actor type")
+        if actor_id is not None:
+            check_identifier(actor_id, what="actor id")
+        _check_limit(limit)
+        after = _decode_cursor(cursor, "reminders")
+        if after is not None and not (isinstance(after, list) and len(after) == 4):
+            raise InvalidArguments("not a valid cursor")
+        self._authorize("reminders.list", actor_type=actor_type, actor_id=actor_id)
+        store = self._runtime.store
+        with store.read() as tx:
+            now = store.now(tx)
+            rows = store.list_reminders(
+                tx,
+                actor_type=actor_type,
+                actor_id=actor_id,
+                after=None
+                if after is None
+                else (int(after[0]), int(after[1]), str(after[2]), str(after[3])),
+                limit=limit + 1,
+            )
+        rows, next_cursor = _page(
+            rows,
+            limit,
+            "reminders",
+            lambda last: [last.due_at, last.actor_pk, last.operation, last.key],
+        )
+        return Page([ReminderInfo.of(r) for r in rows], next_cursor, _time(now))
+
+    def pause_reminder(
+        self, actor_type: str, actor_id: str, operation: str, key: str = "", **kw: Any
+    ) -> ReminderChange:
+        """Keep a reminder's schedule but stop it firing until resumed."""
+        return self._change_reminder("pause", actor_type, actor_id, operation, key, **kw)
+
+    def resume_reminder(
+        self, actor_type: str, actor_id: str, operation: str, key: str = "", **kw: Any
+    ) -> ReminderChange:
+        """Let a paused reminder fire again (at once if it came due while paused)."""
+        return self._change_reminder("resume", actor_type, actor_id, operation, key, **kw)
+
+    def cancel_reminder(
+        self, actor_type: str, actor_id: str, operation: str, key: str = "", **kw: Any
+    ) -> ReminderChange:
+        """Delete a reminder, as ``self.cancel_schedule`` in the actor would."""
+        return self._change_reminder("cancel", actor_type, actor_id, operation, key, **kw)
+
+    def run_reminder_now(
+        self, actor_type: str, actor_id: str, operation: str, key: str = "", **kw: Any
+    ) -> ReminderChange:
+        """Make a reminder due now; a recurring one then continues on its schedule."""
+        return self._change_reminder("run_now", actor_type, actor_id, operation, key, **kw)
+
+    def _change_reminder(
+        self,
+        change: ChangeKind,
+        actor_type: str,
+        actor_id: str,
+        operation: str,
+        key: str,
+        *,
+        reason: str | None = None,
+    ) -> ReminderChange:
+        _identity(actor_type, actor_id)
+        check_identifier(operation, what="operation")
+        if not isinstance(key, str) or len(key) > 255:
+            raise InvalidArguments("a reminder key is a str of at most 255 characters")
+        reason = _check_reason(reason)
+        action = f"reminders.{change}"
+        principal = self._authorize(
+            action, actor_type=actor_type, actor_id=actor_id, operation=operation, key=key
+        )
+        store = self._runtime.store
+
+        def body(tx: Tx) -> bool:
+            row = store.reminder(tx, actor_type, actor_id, operation, key)
+            if row is None:
+                raise NotFound(
+                    f"no reminder {operation!r} (key {key!r}) on {actor_type} {actor_id!r}"
+                )
+            if change == "run_now" and row.paused:
+                raise OperationRefused("the reminder is paused: resume it first")
+            if (change == "pause" and row.paused) or (change == "resume" and not row.paused):
+                return False
+            if not store.change_reminder(tx, row, change):
+                raise OperationRefused("the reminder changed meanwhile (it fired): try again")
+            self._audit(
+                tx,
+                principal,
+                action,
+                "reminder",
+                f"{actor_type}/{actor_id}/{operation}/{key}",
+                actor=(actor_type, actor_id),
+                detail={"reason": reason},
+            )
+            return True
+
+        changed = store.transact(body)
+        if changed and change in ("resume", "run_now"):
+            self._runtime._pool.poller.wake()
+        return ReminderChange(actor_type, actor_id, operation, key, change, already=not changed)
+
+    # --- processes ----------------------------------------------------------------------
+
+    def list_processes(
+        self, *, include_stopped: bool = False, limit: int = 100, cursor: str | None = None
+    ) -> Page[ProcessInfo]:
+        """Processes running workers: live, stale (stopped sending heartbeats), stopped."""
+        _check_limit(limit)
+        after = _decode_cursor(cursor, "processes")
+        self._authorize("processes.list", include_stopped=include_stopped)
+        store = self._runtime.store
+        with store.read() as tx:
+            now = store.now(tx)
+            rows = store.list_processes(
+                tx,
+                include_stopped=include_stopped,
+                after=None if after is None else str(after),
+                limit=limit + 1,
+            )
+        rows, next_cursor = _page(rows, limit, "processes", lambda last: last.owner)
+        return Page([_process_info(r, now) for r in rows], next_cursor, _time(now))
+
+    def recover_process(self, owner: str, *, reason: str | None = None) -> RecoveredProcess:
+        """Declare a process dead: its leases and effect claims go back to the pool now.
+
+        Safe even if the process is only paused: whatever it commits later is
+        refused by the lease fence. A live process that comes back registers again.
+        """
+        check_identifier(owner, what="process")
+        reason = _check_reason(reason)
+        principal = self._authorize("processes.recover", owner=owner)
+        store = self._runtime.store
+
+        def body(tx: Tx) -> RecoveredProcess:
+            row = store.process(tx, owner)
+            if row is None:
+                raise NotFound(f"no process {owner!r}")
+            if row.stopped_at is not None:
+                return RecoveredProcess(owner, 0, 0, already=True)
+            leases, claims = store.recover_process(tx, owner, "released")
+            self._audit(
+                tx,
+                principal,
+                "processes.recover",
+                "process",
+                owner,
+                detail={"reason": reason, "leases": leases, "claims": claims},
+            )
+            return RecoveredProcess(owner, leases, claims, already=False)
+
+        recovered = store.transact(body)
+        self._runtime._pool.poller.wake()
+        return recovered
+
+    # --- retention ----------------------------------------------------------------------
+
+    def prune(
+        self,
+        older_than: timedelta,
+        *,
+        kinds: Sequence[str] = ("messages", "effects", "processes"),
+        dry_run: bool = False,
+        progress: Callable[[str, int], None] | None = None,
+    ) -> PruneReport:
+        """Delete finished rows older than ``older_than``; ``dry_run`` only counts them.
+
+        Kinds: ``messages`` (completed, rejected, destroyed, and dead letters already
+        retried or discarded), ``effects`` (done), ``processes`` (stopped) and
+        ``audit`` (only when named). Never touches live work: queued or scheduled
+        messages, open dead letters, pending, running or dead effects. Deletes in
+        batches of 500, one short transaction each; ``progress(kind, deleted)``
+        is called after each. A message's idempotency key is forgotten with it: the
+        retention window is also the window in which a retried call is deduplicated.
+        """
+        if not isinstance(older_than, timedelta) or older_than < timedelta(0):
+            raise InvalidArguments("older_than must be a non-negative datetime.timedelta")
+        chosen = list(dict.fromkeys(kinds))
+        unknown = [k for k in chosen if k not in PRUNE_KINDS]
+        if unknown or not chosen:
+            raise InvalidArguments(f"kinds must be some of {list(PRUNE_KINDS)}, not {unknown}")
+        action = "retention.preview" if dry_run else "retention.prune"
+        principal = self._authorize(
+            action, older_than_s=older_than.total_seconds(), kinds=tuple(chosen)
+        )
+        store = self._runtime.store
+        with store.read() as tx:
+            cutoff = store.now(tx) - int(older_than.total_seconds() * 1000)
+        rows: dict[str, int] = {}
+        for kind in chosen:
+            typed: PruneKind = kind  # type: ignore[assignment]
+            if dry_run:
+                with store.read() as tx:
+                    rows[kind] = store.count_prunable(tx, typed, cutoff)
+                continue
+            rows[kind] = self._prune_kind(typed, cutoff, principal, progress)
+        return PruneReport(_time(cutoff), dry_run, rows)
+
+    def _prune_kind(
+        self,
+        kind: PruneKind,
+        cutoff: int,
+        principal: str,
+        progress: Callable[[str, int], None] | None,
+    ) -> int:
+        store = self._runtime.store
+        deleted = 0
+        after: str | None = None
+        while True:
+            with store.read() as tx:
+                keys = store.prunable(tx, kind, cutoff, after=after, limit=PRUNE_BATCH)
+            if not keys:
+                break
+            after = keys[-1]
+
+            def body(tx: Tx, keys: list[str] = keys) -> int:
+                n = store.prune(tx, kind, cutoff, keys)
+                self._audit(
+                    tx,
+                    principal,
+                    "retention.prune",
+                    kind,
+                    f"{keys[0]}..{keys[-1]}",
+                    detail={"deleted": n, "cutoff": cutoff},
+                )
+                return n
+
+            deleted += store.transact(body)
+            if progress is not None:
+                progress(kind, deleted)
+        return deleted
+
+
+def _process_info(row: ProcessRow, now: int) -> ProcessInfo:
+    if row.stopped_at is not None:
+        state = "stopped"
+    else:
+        state = "live" if row.expires_at > now else "stale"
+    try:
+        types = [str(t) for t in json.loads(row.actor_types)]
+    except (ValueError, TypeError):
+        types = []
+    return ProcessInfo(
+        owner=row.owner,
+        host=row.host,
+        pid=row.pid,
+        version=row.version,
+        actor_types=types,
+        state=state,
+        stop_reason=row.stop_reason,
+        leases=row.leases,
+        started_at=_time(row.started_at),
+        heartbeat_at=_time(row.heartbeat_at),
+        expires_at=_time(row.expires_at),
+        stopped_at=_time(row.stopped_at),
+    )

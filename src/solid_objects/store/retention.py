@@ -1,0 +1,97 @@
+"""SQL of retention: which finished rows may go, and deleting them in small batches.
+
+:class:`RetentionStatements` is mixed into :class:`~solid_objects.store.Store`.
+
+Only rows that no live work reads are candidates, each kind with its own rule
+(:data:`RULES`): finished messages (completed, rejected, of a destroyed actor,
+and dead letters an operator already retried or discarded), effects that are
+done, processes that stopped, and, only when asked, audit records. Open dead
+letters, dead effects, queued and scheduled messages and everything of a live
+mailbox are never touched. Ids are time-ordered, so scanning by primary key
+meets the oldest rows first and a batch costs about its own size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from .dialect import Tx
+
+PruneKind = Literal["messages", "effects", "processes", "audit"]
+
+#: The WHERE clause of each kind's candidates: finished before ``:cutoff``.
+RULES: dict[PruneKind, tuple[str, str, str]] = {
+    # kind: (table, key column, condition)
+    "messages": (
+        "{messages}",
+        "id",
+        "((status IN ('completed', 'rejected', 'destroyed') AND completed_at < :cutoff) "
+        "OR (status = 'dead' AND EXISTS (SELECT 1 FROM {resolutions} r "
+        "WHERE r.message_id = {messages}.id AND r.resolved_at < :cutoff)))",
+    ),
+    "effects": ("{effects}", "id", "status = 'done' AND completed_at < :cutoff"),
+    "processes": ("{processes}", "owner", "stopped_at IS NOT NULL AND stopped_at < :cutoff"),
+    "audit": ("{audit}", "id", "at < :cutoff"),
+}
+
+
+class RetentionStatements:
+    """Mixin: needs the table names of every other statement module."""
+
+    prefix: str
+
+    def _retention(self, template: str) -> str:
+        for name in ("processes", "audit", "resolutions"):
+            template = template.replace("{" + name + "}", f"{self.prefix}{name}")
+        return template
+
+    def count_prunable(self, tx: Tx, kind: PruneKind, cutoff: int) -> int:
+        table, _key, condition = RULES[kind]
+        return int(
+            tx.scalar(
+                self._retention(f"SELECT COUNT(*) FROM {table} WHERE {condition}"),
+                {"cutoff": cutoff},
+            )
+        )
+
+    def prunable(
+        self, tx: Tx, kind: PruneKind, cutoff: int, *, after: str | None, limit: int
+    ) -> list[str]:
+        """The next ``limit`` candidate keys in key order, after ``after``."""
+        table, key, condition = RULES[kind]
+        return [
+            str(r[0])
+            for r in tx.rows(
+                self._retention(
+                    f"SELECT {key} FROM {table} WHERE {condition}"
+                    + ("" if after is None else f" AND {key} > :after")
+                    + f" ORDER BY {key} LIMIT :limit"
+                ),
+                {"cutoff": cutoff, "after": after, "limit": limit},
+            )
+        ]
+
+    def prune(self, tx: Tx, kind: PruneKind, cutoff: int, keys: Sequence[str]) -> int:
+        """Delete the given candidates that still qualify (the rule is checked again)."""
+        if not keys:
+            return 0
+        table, key, condition = RULES[kind]
+        placeholders = ", ".join(f":k{i}" for i in range(len(keys)))
+        params: dict[str, object] = {f"k{i}": k for i, k in enumerate(keys)}
+        params["cutoff"] = cutoff
+        deleted = tx.run(
+            self._retention(f"DELETE FROM {table} WHERE {key} IN ({placeholders}) AND {condition}"),
+            params,
+        )
+        if kind == "messages":
+            # Resolutions of dead letters that are gone: nothing can read them any more.
+            tx.run(
+                self._retention(
+                    f"DELETE FROM {{resolutions}} WHERE message_id IN ({placeholders}) "
+                    "AND NOT EXISTS (SELECT 1 FROM {messages} m "
+                    "WHERE m.id = {resolutions}.message_id)"
+                ),
+                params,
+            )
+        return deleted
