@@ -389,7 +389,8 @@ def test_listing_filters_and_pages_newest_first(make_admin_runtime: Callable[...
     for i in range(7):
         ref = rt.ref(Ledger, f"L{i % 2}")
         sent.append(ref.refuse.send(why=str(i)))
-        rt.testing.drain()  # one at a time: each dies after the previous one
+        rt.testing.drain()  # one at a time: each dies after the previous one,
+        time.sleep(0.003)  # in a later millisecond (deaths in one millisecond have no order)
     rt.ref(Ledger, "L0").apply.send(tag="ok")
     rt.testing.drain()
 
