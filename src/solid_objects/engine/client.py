@@ -212,7 +212,9 @@ class Client:
             faults.point("enqueue.body")
             return enqueued
 
+        observed = self.pool.instrument.enqueue(definition.actor_type, operation.name, message_id)
         future = self.store.transact_future(body, isolated=False)
+        future.add_done_callback(observed)
         future.add_done_callback(self._route)
         return future
 

@@ -21,6 +21,7 @@ from typing import Any
 from .. import faults
 from ..codec import canonical_json, encode_json
 from ..errors import IdempotencyConflict, Rejected, error_document
+from ..observability.events import Instrumentation, LogEvents, effect_fields
 from ..options import Options
 from ..registry import NamedHandlers, Registry
 from ..store import EffectRow, Enqueued, Store, Tx
@@ -67,6 +68,7 @@ class EffectRunner:
         self._inflight = 0
         self._stopped = True
         self.on_idle_slot: Callable[[], None] = lambda: None
+        self.instrument: Instrumentation = LogEvents(options)  # see observability
 
     def start(self) -> None:
         if self._executor is None and self.handlers.names():
@@ -137,6 +139,7 @@ class EffectRunner:
             effect.source_message_id,
         )
         arguments = json.loads(effect.arguments)
+        self.instrument.effect_started(effect)
         try:
             handler = self.handlers.get(effect.name)
             value = handler(ctx, **arguments)
@@ -161,7 +164,7 @@ class EffectRunner:
             effect.id,
             effect.attempts,
             exc,
-            extra={"solid_action": "effect_failed"},
+            extra={"solid_action": "effect_failed", **effect_fields(effect)},
         )
         if not permanent and effect.attempts < self.options.effect_max_attempts:
             delay = self.options.retry_delay(effect.attempts)
@@ -221,7 +224,7 @@ class EffectRunner:
         try:
             enqueued = self.store.transact(body)
             faults.point("effect.recorded")
-            self.route(enqueued)
+            self.route(self.instrument.effect_finished(effect, status, enqueued))
         except Exception:
             log.exception(
                 "could not record effect %s; it will run again after its claim expires", effect.id

@@ -110,6 +110,7 @@ class Poller:
 
         sent = self.store.transact(fire)
         faults.point("reminder.fired")
+        self.pool.instrument.reminders_fired(sent)
         self.pool.deliver([(m.id, m.actor_pk) for m in sent])
         return len(sent)
 

@@ -22,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from .. import faults
 from ..errors import DatabaseError, LeaseLost
+from ..observability.events import Instrumentation, log_fields
 from ..options import Options
 from ..registry import NamedHandlers, Registry
 from ..store import Claimed, Committed, Enqueued, MessageRow, Store, Tx
@@ -73,6 +74,7 @@ class WorkerPool:
         #: Idle activations put back on the run queue by :meth:`signal` (for the poller).
         self.woken = 0
         self.effects = EffectRunner(store, registry, effects, options, owner, self.route)
+        self.instrument: Instrumentation = self.effects.instrument  # see observability
         self.presence = Presence(store, options, owner, registry)
         self.poller = Poller(self)
         self.effects.on_idle_slot = self.poller.wake
@@ -355,7 +357,9 @@ class WorkerPool:
                         self._finish(act, requeue=False)
                     continue
                 assert act.head is not None
+                self.instrument.turn_started(act.head, act.head_attempt)
                 pending.append((act, act.head, self._run_turn(act, act.head)))
+                self.instrument.turn_executed(act.head, act.head_attempt, pending[-1][2])
             if not pending:
                 break
             faults.point("turn.executed")
@@ -438,7 +442,7 @@ class WorkerPool:
                     act.actor_type,
                     act.actor_id,
                     error,
-                    extra={"solid_action": "setup_failed"},
+                    extra={"solid_action": "setup_failed", **log_fields(message, act.head_attempt)},
                 )
                 return failure(error, deterministic=False)
         assert act.definition is not None
@@ -473,19 +477,23 @@ class WorkerPool:
                 try:
                     results.append(self._commit_turn(tx, act, message, outcome, read))
                 except LeaseLost as exc:
-                    log.warning("%s", exc, extra={"solid_action": "lease_lost"})
+                    fields = log_fields(message, act.head_attempt)
+                    log.warning("%s", exc, extra={"solid_action": "lease_lost", **fields})
                     results.append(None)
             faults.point("commit.body")
             return results
 
+        started = time.perf_counter()
         try:
             results = self.store.transact(body, isolated=False)
         except DB_ERRORS:
             log.exception("commit of %d turns failed; they will run again", len(pending))
             for act, _, _ in pending:
                 self._drop(act, release=True)
+            self.instrument.committed(pending, None, started)
             return [None] * len(pending)
         faults.point("commit.committed")
+        self.instrument.committed(pending, results, started)
         for (act, _, _), committed in zip(pending, results, strict=True):
             if committed is None:
                 self._drop(act)
@@ -535,7 +543,10 @@ class WorkerPool:
                 act.actor_type,
                 act.actor_id,
                 exc,
-                extra={"solid_action": "commit_action_failed"},
+                extra={
+                    "solid_action": "commit_action_failed",
+                    **log_fields(message, act.head_attempt),
+                },
             )
             failed = failure(exc, deterministic=False)
             if act.head_attempt >= self.options.max_attempts:

@@ -1,0 +1,243 @@
+"""OpenTelemetry spans of a runtime (``pip install solid-objects[otel]``).
+
+Spans: ``solid.enqueue <Type>.<operation>`` (in the caller's trace),
+``solid.turn <Type>.<operation>`` (the operation and its commit), with a
+``solid.commit`` child for its share of the commit transaction,
+``solid.effect <name>`` and ``solid.reminder <Type>.<operation>``.
+
+Trace context follows the work: a turn is a child of the span that enqueued
+its message (the caller's enqueue, the sending actor's turn, the effect whose
+callback it is, the reminder firing), and an effect is a child of the turn
+that emitted it. The link is kept in this process only, in a bounded map from
+message or effect id to span context: a message run by another process
+starts a new trace there (storing ``traceparent`` with the message row needs
+a column the schema does not have yet).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from contextvars import Token
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode
+
+from .events import Instrumentation, Turn, turn_outcome
+
+if TYPE_CHECKING:
+    from ..engine.turn import TurnOutcome
+    from ..store import Committed, EffectRow, Enqueued, MessageRow
+
+_FAILED = frozenset({"dead", "lease_lost", "commit_failed"})
+_EFFECT_OUTCOMES = {"done": "done", "pending": "retry", "dead": "dead"}
+
+
+class _Recent:
+    """A bounded, thread-safe map from message or effect id to the span that caused it."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._items: OrderedDict[str, SpanContext] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, key: str, value: SpanContext) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._limit:
+                self._items.popitem(last=False)
+
+    def get(self, key: str) -> SpanContext | None:
+        with self._lock:
+            return self._items.get(key)
+
+
+def _parent(found: SpanContext | None) -> Context:
+    """The context to start a span in: under ``found``, or a new trace."""
+    return Context() if found is None else trace.set_span_in_context(NonRecordingSpan(found))
+
+
+class OpenTelemetryTracing(Instrumentation):
+    """Spans for enqueues, turns, commits, effects and reminder firings.
+
+    Uses the global tracer provider unless ``tracer_provider`` is given. While an
+    operation or an effect handler runs, its span is the current span, so spans
+    the application creates there (an HTTP client's, a database driver's) nest
+    under it. ``max_links`` bounds the in-process map that carries trace context
+    from a message or effect to the span that created it.
+    """
+
+    def __init__(
+        self, tracer_provider: trace.TracerProvider | None = None, *, max_links: int = 10_000
+    ) -> None:
+        self.tracer = trace.get_tracer("solid_objects", tracer_provider=tracer_provider)
+        self._links = _Recent(max_links)
+        self._local = threading.local()
+
+    def _turns(self) -> dict[tuple[str, int], Span]:
+        """Turn spans this thread started and has not committed yet."""
+        turns: dict[tuple[str, int], Span] | None = getattr(self._local, "turns", None)
+        if turns is None:
+            turns = self._local.turns = {}
+        return turns
+
+    # --- enqueue ----------------------------------------------------------------------
+
+    def enqueue(
+        self, actor_type: str, operation: str, message_id: str
+    ) -> Callable[[Future[Any]], None]:
+        span = self.tracer.start_span(
+            f"solid.enqueue {actor_type}.{operation}",
+            kind=SpanKind.PRODUCER,
+            attributes={
+                "solid.actor_type": actor_type,
+                "solid.operation": operation,
+                "solid.message_id": message_id,
+            },
+        )
+        self._links.put(message_id, span.get_span_context())
+
+        def done(future: Future[Any]) -> None:
+            exc = future.exception()
+            if exc is not None:
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            else:
+                enqueued = future.result()
+                span.set_attribute("solid.actor_id", enqueued.message.actor_id)
+                if enqueued.existing:  # an idempotency key returned an earlier message
+                    span.set_attribute("solid.existing_message_id", enqueued.message.id)
+            span.end()
+
+        return done
+
+    # --- turns ------------------------------------------------------------------------
+
+    def turn_started(self, message: MessageRow, attempt: int) -> None:
+        turns = self._turns()
+        stale = turns.pop((message.id, attempt), None)
+        if stale is not None:
+            stale.end()
+        span = self.tracer.start_span(
+            f"solid.turn {message.actor_type}.{message.operation}",
+            context=_parent(self._links.get(message.id)),
+            kind=SpanKind.CONSUMER,
+            attributes={
+                "solid.actor_type": message.actor_type,
+                "solid.actor_id": message.actor_id,
+                "solid.operation": message.operation,
+                "solid.message_id": message.id,
+                "solid.attempt": attempt,
+            },
+        )
+        turns[(message.id, attempt)] = span
+        self._local.attached = otel_context.attach(trace.set_span_in_context(span))
+
+    def turn_executed(self, message: MessageRow, attempt: int, outcome: TurnOutcome) -> None:
+        token = getattr(self._local, "attached", None)
+        if token is not None:
+            self._local.attached = None
+            otel_context.detach(token)
+        span = self._turns().get((message.id, attempt))
+        if span is not None and outcome.exception is not None:
+            span.record_exception(outcome.exception)
+
+    def committed(
+        self, batch: Sequence[Turn], results: Sequence[Committed | None] | None, started: float
+    ) -> None:
+        end = time.time_ns()
+        start = end - int((time.perf_counter() - started) * 1e9)
+        turns = self._turns()
+        for i, (act, message, outcome) in enumerate(batch):
+            span = turns.pop((message.id, act.head_attempt), None)
+            if span is None:
+                continue
+            result = None if results is None else results[i]
+            kind = turn_outcome(outcome, result, results is None)
+            commit = self.tracer.start_span(
+                "solid.commit",
+                context=trace.set_span_in_context(span),
+                start_time=start,
+                attributes={"solid.batch_size": len(batch), "solid.outcome": kind},
+            )
+            if kind in ("lease_lost", "commit_failed"):
+                commit.set_status(Status(StatusCode.ERROR, kind))
+            commit.end(end_time=end)
+            span.set_attribute("solid.outcome", kind)
+            if kind in _FAILED or kind == "retry":
+                span.set_status(Status(StatusCode.ERROR, kind))
+            here = span.get_span_context()
+            if result is not None:
+                for sent in result.outbound:
+                    self._links.put(sent.id, here)
+                if outcome.staged is not None:
+                    for effect in outcome.staged.effects:
+                        self._links.put(effect.id, here)
+            span.end(end_time=end)
+
+    # --- effects and reminders --------------------------------------------------------
+
+    def effect_started(self, effect: EffectRow) -> None:
+        stale = self._end_effect("abandoned")  # its outcome was never recorded
+        if stale is not None:
+            stale.end()
+        span = self.tracer.start_span(
+            f"solid.effect {effect.name}",
+            context=_parent(self._links.get(effect.id)),
+            attributes={
+                "solid.effect": effect.name,
+                "solid.effect_id": effect.id,
+                "solid.actor_type": effect.actor_type,
+                "solid.actor_id": effect.actor_id,
+                "solid.message_id": effect.source_message_id,
+                "solid.attempt": effect.attempts,
+            },
+        )
+        token = otel_context.attach(trace.set_span_in_context(span))
+        self._local.effect = (span, token)
+
+    def _end_effect(self, outcome: str) -> Span | None:
+        """End this thread's open effect span; also cleans up after a failed record."""
+        open_: tuple[Span, Token[Context]] | None = getattr(self._local, "effect", None)
+        if open_ is None:
+            return None
+        self._local.effect = None
+        span, token = open_
+        otel_context.detach(token)
+        span.set_attribute("solid.outcome", outcome)
+        if outcome != "done":
+            span.set_status(Status(StatusCode.ERROR, outcome))
+        return span
+
+    def effect_finished(
+        self, effect: EffectRow, status: str, enqueued: list[Enqueued]
+    ) -> list[Enqueued]:
+        span = self._end_effect(_EFFECT_OUTCOMES.get(status, status))
+        if span is not None:
+            for e in enqueued:
+                self._links.put(e.message.id, span.get_span_context())
+            span.end()
+        return enqueued
+
+    def reminders_fired(self, messages: Sequence[MessageRow]) -> None:
+        for m in messages:
+            span = self.tracer.start_span(
+                f"solid.reminder {m.actor_type}.{m.operation}",
+                context=Context(),
+                kind=SpanKind.PRODUCER,
+                attributes={
+                    "solid.actor_type": m.actor_type,
+                    "solid.actor_id": m.actor_id,
+                    "solid.operation": m.operation,
+                    "solid.message_id": m.id,
+                },
+            )
+            self._links.put(m.id, span.get_span_context())
+            span.end()
