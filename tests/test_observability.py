@@ -310,6 +310,8 @@ def test_dead_letters_and_retries_are_logged_with_structured_fields(
     by_action = {getattr(r, "solid_action", None): r for r in caplog.records}
     retry, dead = by_action["retry_scheduled"], by_action["dead_letter"]
     assert retry.levelno == logging.INFO and dead.levelno == logging.WARNING
+    failed_turn = by_action["turn_failed"]  # the exception itself, logged by the turn
+    assert (failed_turn.actor_type, failed_turn.operation) == ("Shop", "broken")  # type: ignore[attr-defined]
     for record, attempt in ((retry, 1), (dead, 2)):
         fields = {k: getattr(record, k) for k in ("actor_type", "actor_id", "operation")}
         assert fields == {"actor_type": "Shop", "actor_id": "l1", "operation": "broken"}

@@ -196,7 +196,11 @@ class EffectRunner:
                 error=error,
                 retry_in_ms=retry_in_ms,
             ):
-                log.warning("effect %s: claim lost to another runner; outcome dropped", effect.id)
+                log.warning(
+                    "effect %s: claim lost to another runner; outcome dropped",
+                    effect.id,
+                    extra={"solid_action": "effect_claim_lost", **effect_fields(effect)},
+                )
                 return []
             if callback is None:
                 return []
@@ -218,7 +222,12 @@ class EffectRunner:
             except IdempotencyConflict:
                 # A callback for this effect was delivered before (with other arguments):
                 # never let it block recording the outcome, or the effect would rerun.
-                log.warning("effect %s: its %s callback was already delivered", effect.id, outcome)
+                log.warning(
+                    "effect %s: its %s callback was already delivered",
+                    effect.id,
+                    outcome,
+                    extra={"solid_action": "effect_callback_delivered", **effect_fields(effect)},
+                )
                 return []
 
         try:
@@ -227,7 +236,9 @@ class EffectRunner:
             self.route(self.instrument.effect_finished(effect, status, enqueued))
         except Exception:
             log.exception(
-                "could not record effect %s; it will run again after its claim expires", effect.id
+                "could not record effect %s; it will run again after its claim expires",
+                effect.id,
+                extra={"solid_action": "effect_record_failed", **effect_fields(effect)},
             )
 
     def _callback_arguments(

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from ..codec import canonical_json
 from ..definition import ActorDefinition
 from ..errors import DETERMINISTIC, Rejected, UnknownOperation, error_document
+from ..observability.events import log_fields
 from ..staging import Staged, turn_scope
 from ..store import MessageRow
 from ..store.store import new_id
@@ -105,7 +106,7 @@ def execute(
             message.actor_id,
             message.operation,
             exc,
-            extra={"solid_action": "turn_failed", "message_id": message.id},
+            extra={"solid_action": "turn_failed", **log_fields(message)},
         )
         return failure(exc, deterministic=False)
     return TurnOutcome(

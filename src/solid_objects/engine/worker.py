@@ -247,6 +247,11 @@ class WorkerPool:
                     "could not release %s %r; the poller will reclaim it",
                     act.actor_type,
                     act.actor_id,
+                    extra={
+                        "solid_action": "release_failed",
+                        "actor_type": act.actor_type,
+                        "actor_id": act.actor_id,
+                    },
                 )
 
     def _finish(self, act: Activation, *, requeue: bool) -> None:

@@ -63,6 +63,8 @@ class PrometheusMetrics(Instrumentation):
         self.database_gauges = database_gauges
         self._bound = False
         self._local = threading.local()
+        #: Labelled children by (metric, label values): ``labels()`` costs a lock and more.
+        self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
         r, ns = self.registry, namespace
         self.enqueued = Counter(
             "messages_enqueued",
@@ -134,12 +136,19 @@ class PrometheusMetrics(Instrumentation):
         self._bound = True
         self.registry.register(_RuntimeCollector(runtime, self.namespace, self.database_gauges))
 
+    def _child(self, metric: Counter | Histogram, *labels: str) -> Any:
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     # --- events -----------------------------------------------------------------------
 
     def enqueue(
         self, actor_type: str, operation: str, message_id: str
     ) -> Callable[[Future[Any]], None]:
-        counter = self.enqueued.labels(actor_type, operation, "call")
+        counter = self._child(self.enqueued, actor_type, operation, "call")
 
         def done(future: Future[Any]) -> None:
             if future.exception() is None and not future.result().existing:
@@ -154,7 +163,7 @@ class PrometheusMetrics(Instrumentation):
         started: float | None = getattr(self._local, "turn", None)
         if started is not None:
             self._local.turn = None
-            self.turn_seconds.labels(message.actor_type, message.operation).observe(
+            self._child(self.turn_seconds, message.actor_type, message.operation).observe(
                 time.perf_counter() - started
             )
 
@@ -166,10 +175,10 @@ class PrometheusMetrics(Instrumentation):
         for i, (_, message, outcome) in enumerate(batch):
             result = None if results is None else results[i]
             kind = turn_outcome(outcome, result, results is None)
-            self.turns.labels(message.actor_type, message.operation, kind).inc()
+            self._child(self.turns, message.actor_type, message.operation, kind).inc()
             if result is not None:
                 for sent in result.outbound:
-                    self.enqueued.labels(sent.actor_type, sent.operation, "actor").inc()
+                    self._child(self.enqueued, sent.actor_type, sent.operation, "actor").inc()
 
     def effect_started(self, effect: EffectRow) -> None:
         self._local.effect = time.perf_counter()
@@ -180,17 +189,19 @@ class PrometheusMetrics(Instrumentation):
         started: float | None = getattr(self._local, "effect", None)
         if started is not None:
             self._local.effect = None
-            self.effect_seconds.labels(effect.name).observe(time.perf_counter() - started)
-        self.effects.labels(effect.name, _EFFECT_OUTCOMES.get(status, status)).inc()
+            self._child(self.effect_seconds, effect.name).observe(time.perf_counter() - started)
+        self._child(self.effects, effect.name, _EFFECT_OUTCOMES.get(status, status)).inc()
         for e in enqueued:
             if not e.existing:
-                self.enqueued.labels(e.message.actor_type, e.message.operation, "effect").inc()
+                self._child(
+                    self.enqueued, e.message.actor_type, e.message.operation, "effect"
+                ).inc()
         return enqueued
 
     def reminders_fired(self, messages: Sequence[MessageRow]) -> None:
         for m in messages:
-            self.reminders.labels(m.actor_type, m.operation).inc()
-            self.enqueued.labels(m.actor_type, m.operation, "reminder").inc()
+            self._child(self.reminders, m.actor_type, m.operation).inc()
+            self._child(self.enqueued, m.actor_type, m.operation, "reminder").inc()
 
 
 class _RuntimeCollector(Collector):
