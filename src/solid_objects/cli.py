@@ -215,6 +215,8 @@ def _admin(target: str) -> Iterator[Administration]:
         ) from None
     except InvalidArguments as exc:
         raise click.UsageError(str(exc)) from None
+    except UnicodeError as exc:  # argv bytes that are not UTF-8 reached a filter unchecked
+        raise click.UsageError(f"an argument is not valid UTF-8 text: {exc}") from None
     except (NotFound, MessageNotFound, OperationRefused, SchemaNotInstalled, SchemaTooNew) as exc:
         raise _Failed(str(exc)) from None
     except (DatabaseError, SQLAlchemyError) as exc:

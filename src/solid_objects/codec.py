@@ -14,6 +14,9 @@ from typing import Any
 from .errors import InvalidActorId, InvalidArguments, PayloadTooLarge
 
 MAX_ID_LENGTH = 255
+#: The longest delay of a message or reminder (100 years): due times are stored as
+#: epoch milliseconds in a BIGINT, and a larger value would overflow it mid-enqueue.
+MAX_DELAY_SECONDS = 100 * 366 * 86400
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -52,7 +55,8 @@ def reject_non_finite(value: Any, *, what: str, depth: int = 0) -> None:
         if value != value or value in (float("inf"), float("-inf")):
             raise InvalidArguments(f"{what} contains {value!r}, which JSON cannot represent")
     elif isinstance(value, dict):
-        for item in value.values():
+        for key, item in value.items():
+            reject_non_finite(key, what=what, depth=depth + 1)  # {nan: 1} dumps as {"None": 1}
             reject_non_finite(item, what=what, depth=depth + 1)
     elif isinstance(value, list | tuple | set | frozenset):
         for item in value:
@@ -76,6 +80,10 @@ def check_identifier(value: object, *, what: str = "actor id") -> str:
         raise InvalidActorId(f"{what} is {len(value)} characters; at most {MAX_ID_LENGTH}")
     if _CONTROL.search(value):
         raise InvalidActorId(f"{what} {value!r} contains control characters")
+    if value.endswith(" "):
+        # MySQL/MariaDB compare VARCHARs ignoring trailing spaces ("PAD SPACE"), even in
+        # a binary collation: 'a ' would address the same row as 'a' there.
+        raise InvalidActorId(f"{what} {value!r} ends with a space")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:

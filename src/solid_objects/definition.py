@@ -111,7 +111,8 @@ class Operation:
             return self.arguments.dump_python(validated, mode="json")  # type: ignore[no-any-return]
         except ValidationError as exc:
             raise InvalidArguments(f"{self.name}(): {_validation_message(exc)}") from None
-        except PydanticSerializationError as exc:
+        except (PydanticSerializationError, UnicodeError) as exc:
+            # UnicodeError: bytes that are not UTF-8, or a lone surrogate in a dict key.
             raise InvalidArguments(f"{self.name}(): arguments are not JSON: {exc}") from None
 
     def encode_arguments(
@@ -136,7 +137,7 @@ class Operation:
                 f"{self.name}() returned a value that does not match its annotation: "
                 f"{_validation_message(exc)}"
             ) from None
-        except PydanticSerializationError as exc:
+        except (PydanticSerializationError, UnicodeError) as exc:
             raise InvalidArguments(
                 f"{self.name}() returned a value that is not JSON: {exc}"
             ) from None
@@ -219,7 +220,7 @@ class ActorDefinition:
             raise InvalidState(str(exc)) from None
         except ValidationError as exc:
             raise InvalidState(f"{self.actor_type}: {_validation_message(exc)}") from None
-        except PydanticSerializationError as exc:
+        except (PydanticSerializationError, UnicodeError) as exc:
             raise InvalidState(f"{self.actor_type}: state is not JSON: {exc}") from None
         try:
             return encode_json(plain, what=f"{self.actor_type} state", limit=limit)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, fields
 from typing import Any, Literal
@@ -70,6 +71,8 @@ class Options:
             if isinstance(value, bool) or not isinstance(value, kinds):
                 kind = "an int" if integer else "a number"
                 raise ConfigurationError(f"{name} must be {kind}, not {value!r}")
+            if not math.isfinite(value):  # NaN passes every comparison; inf overflows ms
+                raise ConfigurationError(f"{name} must be a finite number, not {value!r}")
             if value < 0 or (value == 0 and not zero):
                 raise ConfigurationError(f"{name} must be {'>= 0' if zero else '> 0'}, not {value}")
 
@@ -105,7 +108,9 @@ class Options:
             raise ConfigurationError(
                 f"wakeup_url must be a redis://, rediss:// or unix:// URL, not {self.wakeup_url!r}"
             )
-        if not re.fullmatch(r"[a-z][a-z0-9_]{0,30}", self.table_prefix):
+        if not isinstance(self.table_prefix, str) or not re.fullmatch(
+            r"[a-z][a-z0-9_]{0,30}", self.table_prefix
+        ):
             raise ConfigurationError("table_prefix must match [a-z][a-z0-9_]{0,30}")
 
     def replace(self, **changes: Any) -> Options:

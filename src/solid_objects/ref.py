@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from . import staging
-from .codec import check_identifier
+from .codec import MAX_DELAY_SECONDS, check_identifier
 from .definition import ActorDefinition, Operation
 from .errors import InvalidArguments, UnknownOperation
 
@@ -48,17 +48,19 @@ class CallOptions:
         if timeout is not None:
             changes["timeout"] = _seconds(timeout, "timeout")
         if delay is not None:
-            changes["delay"] = _seconds(delay, "delay")
+            changes["delay"] = _seconds(delay, "delay", maximum=MAX_DELAY_SECONDS)
         return replace(self, **changes)
 
 
-def _seconds(value: float | timedelta, what: str) -> float:
+def _seconds(value: float | timedelta, what: str, maximum: float = float("inf")) -> float:
     if isinstance(value, timedelta):
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
         raise InvalidArguments(f"{what} must be a number of seconds or a timedelta")
     if value < 0:
         raise InvalidArguments(f"{what} must not be negative")
+    if value > maximum:
+        raise InvalidArguments(f"{what} must be at most {maximum:g} seconds")
     return float(value)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from .codec import check_identifier, encode_json
+from .codec import MAX_DELAY_SECONDS, check_identifier, encode_json
 from .errors import CallInsideTurn, InvalidArguments, NotInTurn, UnknownOperation
 
 __all__ = ["CallInsideTurn", "NotInTurn"]
@@ -134,6 +134,8 @@ def _milliseconds(value: timedelta | float | int, what: str) -> int:
         raise InvalidArguments(f"{what} must be a timedelta or a number of seconds")
     if seconds != seconds or seconds < 0:
         raise InvalidArguments(f"{what} must not be negative")
+    if seconds > MAX_DELAY_SECONDS:
+        raise InvalidArguments(f"{what} must be at most {MAX_DELAY_SECONDS} seconds")
     return int(seconds * 1000)
 
 

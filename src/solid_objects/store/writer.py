@@ -99,6 +99,9 @@ class GroupWriter:
                 self._run_batch(raw, batch)
             except BaseException as exc:  # the commit itself failed: nothing is durable
                 log.warning("group commit of %d transactions failed: %r", len(batch), exc)
+                if isinstance(exc, self._engine.dialect.loaded_dbapi.Error):
+                    # e.g. "database or disk is full": callers get the library's own type
+                    exc = DatabaseError(f"{type(exc).__name__}: {exc}", exc)
                 for _, future, _ in batch:
                     if not future.done():
                         future.set_exception(exc)
