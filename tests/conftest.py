@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +63,15 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def db_url(backend: str, tmp_path: Path) -> Iterator[str]:
     """A fresh, empty database for this test: a file, a PostgreSQL schema, a MariaDB database."""
+    with fresh_database(backend, tmp_path) as url:
+        yield url
+
+
+@contextmanager
+def fresh_database(backend: str, folder: Path) -> Iterator[str]:
+    """The URL of a new, empty database (dropped on exit); a SQLite file goes in ``folder``."""
     if backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'test.db'}"
+        yield f"sqlite:///{folder / 'test.db'}"
         return
     base = make_url(os.environ[SERVER_VARIABLES[backend]])
     name = f"solid_t_{uuid.uuid4().hex[:12]}"
