@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -38,6 +39,21 @@ LOCAL_SERVERS = {
 }
 
 
+def revision() -> str:
+    """The commit soaked, and whether the library's source differed from it."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "src"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        return "unknown revision"
+    return f"{head}{' with uncommitted changes in src/' if dirty else ''}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=5.0)
@@ -48,7 +64,10 @@ def main() -> int:
         os.environ.setdefault(variable, LOCAL_SERVERS[name])
     logging.basicConfig(level=logging.ERROR)
     started = datetime.now(UTC)
-    print(f"soak on {args.database} for {args.minutes} minutes from {started:%Y-%m-%d %H:%M} UTC")
+    print(
+        f"soak on {args.database} for {args.minutes} minutes from "
+        f"{started:%Y-%m-%d %H:%M} UTC, {revision()}"
+    )
     deadline = time.monotonic() + args.minutes * 60
     rounds = violations = 0
     while time.monotonic() < deadline:
