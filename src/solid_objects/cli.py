@@ -97,7 +97,13 @@ def quickstart() -> None:
 @click.argument("target")
 @click.option("--workers", type=int, default=None, help="Worker threads (default: the runtime's).")
 @click.option("--install/--no-install", default=False, help="Install or upgrade the schema first.")
-def worker(target: str, workers: int | None, install: bool) -> None:
+@click.option(
+    "--health-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve GET /healthz on this port (200 healthy, 503 not) for Kubernetes probes.",
+)
+def worker(target: str, workers: int | None, install: bool, health_port: int | None) -> None:
     """Run workers for TARGET (module:runtime) until SIGTERM or SIGINT.
 
     On the first signal the worker finishes in-flight turns, releases its
@@ -118,6 +124,11 @@ def worker(target: str, workers: int | None, install: bool) -> None:
             f"types {runtime.registry.types()}",
             err=True,
         )
+        if health_port is not None:
+            from .doctor import serve_health
+
+            serve_health(runtime, health_port)
+            click.echo(f"health check on http://0.0.0.0:{health_port}/healthz", err=True)
         runtime.run()
     except SolidObjectsError as exc:
         click.echo(f"error: {exc}", err=True)
@@ -133,16 +144,30 @@ def _with_workers(runtime: Runtime, workers: int) -> Runtime:
     fresh = Runtime(runtime.engine.url, **options)
     for actor_type in runtime.registry.types():
         fresh.register(runtime.registry.get(actor_type).cls)
+    for name in runtime.effects.names():
+        fresh.effect(name)(runtime.effects.get(name))
+    for name in runtime.commit_actions.names():
+        fresh.commit_action(name)(runtime.commit_actions.get(name))
+    fresh.admin.set_policy(runtime.admin.policy)
     runtime.close()
     return fresh
 
 
 @main.command()
 @click.argument("target")
-def install(target: str) -> None:
+@click.option(
+    "--sql",
+    "show_sql",
+    is_flag=True,
+    help="Print the DDL of a fresh install for this database instead of running it.",
+)
+def install(target: str, show_sql: bool) -> None:
     """Create or upgrade the Solid Objects tables for TARGET (module:runtime)."""
     runtime = load_runtime(target)
     try:
+        if show_sql:
+            click.echo(runtime.store.install_sql())
+            return
         runtime.install()
         click.echo("installed")
     except SolidObjectsError as exc:
@@ -783,6 +808,14 @@ def audit(
     )
     _more(page.next_cursor, f"solid-objects audit {target}")
 
+
+def _register_operations() -> None:
+    from .cli_operations import register
+
+    register(main)
+
+
+_register_operations()
 
 if __name__ == "__main__":
     main()

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
@@ -37,6 +37,9 @@ from .registry import NamedHandlers, Registry
 from .store import Store
 from .store.store import new_owner
 from .testing import AsyncTesting, Testing
+
+if TYPE_CHECKING:
+    from .doctor import Report
 
 log = logging.getLogger("solid_objects.runtime")
 
@@ -194,6 +197,20 @@ class Runtime:
         operation = resolve_operation(definition, row.operation)
         return MessageReference(self, row.id, operation, row.actor_type, row.actor_id)
 
+    # --- diagnosis ----------------------------------------------------------------------
+
+    def health(self) -> Report:
+        """Cheap checks for a liveness or readiness probe: database, schema, worker loop."""
+        from .doctor import health
+
+        return health(self)
+
+    def doctor(self, *, round_trip: bool = True, timeout: float = 10.0) -> Report:
+        """Every check of ``solid-objects doctor``, with what to do about each problem."""
+        from .doctor import examine
+
+        return examine(self, round_trip=round_trip, timeout=timeout)
+
     # --- lifecycle --------------------------------------------------------------------
 
     def start(self) -> None:
@@ -299,6 +316,17 @@ class AsyncRuntime:
     def ref(self, cls: type[A], actor_id: str) -> AsyncRef[A]:
         definition = self.sync.registry.register(cls)
         return AsyncRef(self, definition, actor_id)
+
+    @property
+    def admin(self) -> Administration:
+        """The administration API of the underlying runtime (its calls block: use a thread)."""
+        return self.sync.admin
+
+    async def health(self) -> Report:
+        return await self._run(self.sync.health)
+
+    async def doctor(self, *, round_trip: bool = True, timeout: float = 10.0) -> Report:
+        return await self._run(self.sync.doctor, round_trip=round_trip, timeout=timeout)
 
     async def start(self) -> None:
         await self._run(self.sync.start)

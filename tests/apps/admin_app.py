@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import timedelta
 from typing import Any
 
 from solid_objects import Actor, EffectContext, Runtime
@@ -57,6 +58,14 @@ class Account(Actor):
 
     def close(self) -> None:
         self.entries.append("closed")
+
+    def subscribe(self) -> None:
+        """Monthly statements: a recurring reminder for the reminders commands to act on."""
+        month = timedelta(days=30)
+        self.schedule(delay=month, every=month, key="monthly").statement()
+
+    def statement(self) -> None:
+        self.entries.append("statement")
 
 
 def receipt(ctx: EffectContext, account: str, amount: int, currency: str) -> None:

@@ -36,11 +36,19 @@ class Poller:
         self.store = pool.store
         self.options = pool.options
         self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: ``time.monotonic()`` of the last committed heartbeat (for the health check).
+        self.last_maintained = time.monotonic()
 
     def start(self) -> threading.Thread:
+        self.last_maintained = time.monotonic()
         thread = threading.Thread(target=self._loop, name="solid-poller", daemon=True)
         thread.start()
+        self._thread = thread
         return thread
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def wake(self) -> None:
         self._wake.set()
@@ -134,6 +142,7 @@ class Poller:
             return pool.presence.recover_stale_peers(tx)
 
         recovered = self.store.transact(body)
+        self.last_maintained = time.monotonic()
         pool.presence.log_recovered(recovered)
         return len(idle) + len(recovered)
 

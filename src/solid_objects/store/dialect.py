@@ -97,6 +97,13 @@ class Dialect:
     update_returning = False
     begin_sql = "BEGIN"
 
+    #: Settings the doctor reports: (name, SQL returning one value) per dialect.
+    settings_sql: tuple[tuple[str, str], ...] = ()
+
+    def settings(self, tx: Tx) -> dict[str, str]:
+        """The server's version and the settings the library depends on, as read now."""
+        return {name: str(tx.scalar(sql)) for name, sql in self.settings_sql}
+
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
         """Install per-connection settings on the library's own engine."""
 
@@ -196,6 +203,11 @@ class SQLiteDialect(Dialect):
 
     #: SQLite has one writer: a process sends its writes through one group-commit thread.
     group_commit = True
+    settings_sql = (
+        ("version", "SELECT sqlite_version()"),
+        ("journal_mode", "PRAGMA journal_mode"),
+        ("synchronous", "PRAGMA synchronous"),
+    )
 
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
         synchronous = options["sqlite_synchronous"]
@@ -240,6 +252,10 @@ class PostgreSQLDialect(Dialect):
     supports_skip_locked = True
     notify_sql = "SELECT pg_notify(:channel, :payload)"
     scope_sql = "SELECT current_database() || '.' || current_schema()"
+    settings_sql = (
+        ("version", "SHOW server_version"),
+        ("transaction_isolation", "SHOW transaction_isolation"),
+    )
     update_returning = True
 
     def is_transient(self, error: BaseException | None) -> bool:
@@ -256,6 +272,17 @@ class MySQLDialect(Dialect):
     now_ms = "CAST(FLOOR(UNIX_TIMESTAMP(SYSDATE(6)) * 1000) AS SIGNED)"
     supports_skip_locked = True
     scope_sql = "SELECT CONCAT(@@hostname, ':', @@port, '/', DATABASE())"
+    settings_sql = (
+        ("version", "SELECT VERSION()"),
+        ("time_zone", "SELECT @@SESSION.time_zone"),
+    )
+
+    def settings(self, tx: Tx) -> dict[str, str]:
+        # MariaDB before 11.1 names it tx_isolation, MySQL 8 transaction_isolation.
+        found = super().settings(tx)
+        for _name, value in tx.rows("SHOW SESSION VARIABLES LIKE '%%isolation'"):
+            found["transaction_isolation"] = str(value)
+        return found
 
     def is_transient(self, error: BaseException | None) -> bool:
         # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT

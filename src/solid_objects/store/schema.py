@@ -8,6 +8,7 @@ collation on MySQL so ``Cart-1`` and ``cart-1`` are different actors.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -313,3 +314,19 @@ def check_installed(conn: Connection, prefix: str) -> None:
             f"the database holds schema version {version}; this code knows "
             f"{SCHEMA_VERSION}. Upgrade the library."
         )
+
+
+def install_sql(engine_dialect: Any, prefix: str) -> str:
+    """The DDL of a fresh install (tables, indexes, version row) for a DBA to review."""
+    from sqlalchemy.schema import CreateIndex, CreateTable
+
+    md = build_metadata(prefix)
+    statements = []
+    for table in md.sorted_tables:
+        statements.append(str(CreateTable(table).compile(dialect=engine_dialect)).strip())
+        for index in sorted(table.indexes, key=lambda i: i.name or ""):
+            statements.append(str(CreateIndex(index).compile(dialect=engine_dialect)).strip())
+    statements.append(
+        f"INSERT INTO {prefix}schema (name, version) VALUES ('solid_objects', {SCHEMA_VERSION})"
+    )
+    return ";\n\n".join(statements) + ";"

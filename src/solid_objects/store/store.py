@@ -340,6 +340,9 @@ class Store(
         with self.dialect.install_transaction(self.engine) as conn:
             return schema.install(conn, self.dialect, self.prefix)
 
+    def install_sql(self) -> str:
+        return schema.install_sql(self.engine.dialect, self.prefix)
+
     def check_installed(self) -> None:
         with self.engine.connect() as conn:
             schema.check_installed(conn, self.prefix)

@@ -1,0 +1,401 @@
+"""The doctor and the health check: is this deployment able to run calls, and if not, why.
+
+:func:`examine` (``solid-objects doctor``) checks, in order: the connection, the
+schema, the database's settings, the clock, the worker processes, the wake-up
+path, the backlog, and finally a real round trip through a throwaway actor
+type that only the doctor's own runtime runs. Each :class:`Check` says what
+was found and, when something is wrong, what to do about it.
+
+:func:`health` (``runtime.health()``, the worker's ``--health-port``) is the
+cheap version for probes: the database answers, the schema is current, and this
+process's worker loop is alive and has heartbeated recently.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Literal
+
+from .actor import Actor
+from .errors import SolidObjectsError
+from .store.schema import SCHEMA_VERSION, installed_version
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+Status = Literal["ok", "warn", "fail"]
+
+log = logging.getLogger("solid_objects.doctor")
+
+#: Clock differences smaller than this are not worth a word.
+_CLOCK_TOLERANCE_S = 2.0
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    #: What to do about it (None when all is well).
+    advice: str | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when no check failed (warnings are allowed)."""
+        return all(c.status != "fail" for c in self.checks)
+
+    @property
+    def status(self) -> Status:
+        statuses = {c.status for c in self.checks}
+        return "fail" if "fail" in statuses else "warn" if "warn" in statuses else "ok"
+
+
+class SolidObjectsDoctorProbe(Actor):
+    """The doctor's throwaway actor: only the doctor's own runtime registers and runs it."""
+
+    pings: int = 0
+
+    def ping(self, sent_at: float) -> float:
+        self.pings += 1
+        return sent_at
+
+
+def examine(runtime: Runtime, *, round_trip: bool = True, timeout: float = 10.0) -> Report:
+    """Run every check against ``runtime``'s database; never raises for what it finds."""
+    checks: list[Check] = []
+    connected = _connection(runtime, checks)
+    if connected and _schema(runtime, checks):
+        _settings(runtime, checks)
+        _clock(runtime, checks)
+        _workers(runtime, checks)
+        _wakeup(runtime, checks)
+        _backlog(runtime, checks)
+        if round_trip:
+            _round_trip(runtime, checks, timeout)
+    return Report(checks)
+
+
+def _connection(runtime: Runtime, checks: list[Check]) -> bool:
+    url = runtime.engine.url.render_as_string(hide_password=True)
+    try:
+        with runtime.store.read() as tx:
+            settings = runtime.store.dialect.settings(tx)
+    except Exception as exc:
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        checks.append(
+            Check(
+                "connection",
+                "fail",
+                f"cannot reach {url}: {detail}",
+                "check the URL, the credentials, and that the server is up and reachable",
+            )
+        )
+        return False
+    version = settings.get("version", "?")
+    checks.append(Check("connection", "ok", f"{url} ({runtime.engine.dialect.name} {version})"))
+    return True
+
+
+def _schema(runtime: Runtime, checks: list[Check]) -> bool:
+    with runtime.engine.connect() as conn:
+        version = installed_version(conn, runtime.options.table_prefix)
+    if version is None:
+        checks.append(
+            Check(
+                "schema",
+                "fail",
+                "the Solid Objects tables are not installed",
+                "run `solid-objects install module:runtime` (or call runtime.install())",
+            )
+        )
+        return False
+    if version < SCHEMA_VERSION:
+        checks.append(
+            Check(
+                "schema",
+                "fail",
+                f"schema version {version}; this library needs {SCHEMA_VERSION}",
+                "run `solid-objects install module:runtime` to upgrade (safe while workers run)",
+            )
+        )
+        return False
+    if version > SCHEMA_VERSION:
+        checks.append(
+            Check(
+                "schema",
+                "fail",
+                f"schema version {version} is newer than this library ({SCHEMA_VERSION})",
+                "upgrade the solid-objects package in this environment",
+            )
+        )
+        return False
+    checks.append(Check("schema", "ok", f"version {version}"))
+    return True
+
+
+def _settings(runtime: Runtime, checks: list[Check]) -> None:
+    with runtime.store.read() as tx:
+        settings = runtime.store.dialect.settings(tx)
+    shown = ", ".join(f"{k}={v}" for k, v in settings.items())
+    name = runtime.engine.dialect.name
+    if name == "sqlite" and settings.get("journal_mode", "").lower() != "wal":
+        checks.append(
+            Check(
+                "settings",
+                "fail",
+                shown,
+                "the database must be in WAL mode; is it on a network filesystem?",
+            )
+        )
+    elif name in ("mysql", "mariadb") and settings.get("transaction_isolation") != "READ-COMMITTED":
+        checks.append(
+            Check(
+                "settings",
+                "warn",
+                shown,
+                "the library's connections should run READ COMMITTED; does a proxy reset "
+                "the session?",
+            )
+        )
+    elif name == "sqlite" and settings.get("synchronous") == "1":
+        checks.append(
+            Check(
+                "settings",
+                "ok",
+                shown + " (NORMAL: survives a process crash, not a power loss; "
+                "sqlite_synchronous='FULL' for that)",
+            )
+        )
+    else:
+        checks.append(Check("settings", "ok", shown))
+
+
+def _clock(runtime: Runtime, checks: list[Check]) -> None:
+    before = time.time()
+    with runtime.store.read() as tx:
+        db_ms = runtime.store.now(tx)
+    local = (before + time.time()) / 2
+    skew = db_ms / 1000 - local
+    detail = f"database clock {skew:+.3f}s from this host's"
+    if abs(skew) > _CLOCK_TOLERANCE_S:
+        checks.append(
+            Check(
+                "clock",
+                "warn",
+                detail,
+                "leases, retries and reminders use the database clock, so they are "
+                "unaffected; fix NTP on this host or the database server so logs agree",
+            )
+        )
+    else:
+        checks.append(Check("clock", "ok", detail))
+
+
+def _workers(runtime: Runtime, checks: list[Check]) -> None:
+    store = runtime.store
+    with store.read() as tx:
+        now = store.now(tx)
+        rows = store.list_processes(tx, include_stopped=False, after=None, limit=1000)
+    live = [r for r in rows if r.expires_at > now]
+    stale = [r for r in rows if r.expires_at <= now]
+    served: set[str] = set()
+    for r in live:
+        try:
+            served.update(json.loads(r.actor_types))
+        except ValueError:
+            pass
+    missing = sorted(set(runtime.registry.types()) - served - {"SolidObjectsDoctorProbe"})
+    hosts = sorted({r.host for r in live})
+    detail = f"{len(live)} live worker processes on {len(hosts)} hosts"
+    if stale:
+        detail += f"; {len(stale)} stale: " + ", ".join(f"{r.owner}@{r.host}" for r in stale[:5])
+    if not live:
+        checks.append(
+            Check(
+                "workers",
+                "warn",
+                detail,
+                "no process runs workers, so calls wait in their mailboxes: start "
+                "`solid-objects worker module:runtime` (see docs/deployment.md)",
+            )
+        )
+    elif missing:
+        checks.append(
+            Check(
+                "workers",
+                "warn",
+                detail + f"; no live process runs {', '.join(missing)}",
+                "deploy workers that register those actor types",
+            )
+        )
+    elif stale:
+        checks.append(
+            Check(
+                "workers",
+                "warn",
+                detail,
+                "live workers recover stale ones within one lease; or run "
+                "`solid-objects processes recover module:runtime OWNER`",
+            )
+        )
+    else:
+        checks.append(Check("workers", "ok", detail))
+
+
+def _wakeup(runtime: Runtime, checks: list[Check]) -> None:
+    listener = runtime._listener
+    poll = runtime.options.poll_interval
+    if listener is None:
+        checks.append(
+            Check(
+                "wake-up",
+                "ok",
+                f"polling every {poll:g}s at most (callers in this process are woken directly)",
+                None,
+            )
+        )
+        return
+    kind = type(listener).__name__
+    checks.append(Check("wake-up", "ok", f"{kind}, with polling every {poll:g}s as fallback"))
+
+
+def _backlog(runtime: Runtime, checks: list[Check]) -> None:
+    store = runtime.store
+    with store.read() as tx:
+        _now, counts = store.status_counts(tx)
+        orphans = store.orphan_counts(tx)
+    dead = sum(c.dead_letters for c in counts)
+    dead_effects = sum(c.effects_dead for c in counts)
+    retrying = sum(c.retrying for c in counts)
+    paused = sum(c.paused for c in counts)
+    queued = sum(c.queued for c in counts)
+    detail = (
+        f"{queued} queued, {retrying} actors retrying, {paused} paused, {dead} open dead "
+        f"letters, {dead_effects} dead effects"
+    )
+    advice = []
+    if dead:
+        advice.append("`solid-objects dead-letters list module:runtime`")
+    if dead_effects:
+        advice.append("`solid-objects effects list module:runtime`")
+    if retrying:
+        advice.append("`solid-objects status module:runtime` then `inspect` the retrying actors")
+    if any(orphans):
+        detail += f"; orphaned rows (messages, reminders, effects): {orphans}"
+        advice.append("report the orphaned rows: they indicate a bug")
+    checks.append(Check("backlog", "warn" if advice else "ok", detail, "; ".join(advice) or None))
+
+
+def _round_trip(runtime: Runtime, checks: list[Check], timeout: float) -> None:
+    """Call a probe actor through a runtime of the doctor's own, then destroy it."""
+    from .runtime import Runtime
+
+    probe = Runtime(
+        runtime.engine.url,
+        workers=1,
+        table_prefix=runtime.options.table_prefix,
+        lease_duration=max(runtime.options.lease_duration, 1.0),
+        call_timeout=timeout,
+    )
+    try:
+        probe.register(SolidObjectsDoctorProbe)
+        actor_id = f"doctor-{probe.owner}"
+        started = time.perf_counter()
+        with probe:
+            sent = time.time()
+            ref = probe.ref(SolidObjectsDoctorProbe, actor_id)
+            echoed = ref.ping(sent_at=sent)
+            elapsed = time.perf_counter() - started
+            ref.destroy()
+        if echoed != sent:
+            raise AssertionError(f"the probe answered {echoed!r}, not {sent!r}")
+        checks.append(
+            Check("round trip", "ok", f"a call was enqueued, run and committed in {elapsed:.3f}s")
+        )
+    except (SolidObjectsError, AssertionError, OSError) as exc:
+        checks.append(
+            Check(
+                "round trip",
+                "fail",
+                f"{type(exc).__name__}: {exc}",
+                "run with --log-level DEBUG to see where the call stopped",
+            )
+        )
+    finally:
+        probe.close()
+
+
+# --- the health check ---------------------------------------------------------------------
+
+
+def health(runtime: Runtime) -> Report:
+    """Cheap checks for a liveness or readiness probe of a process running ``runtime``."""
+    checks: list[Check] = []
+    if not _connection(runtime, checks):
+        return Report(checks)
+    if not _schema(runtime, checks):
+        return Report(checks)
+    pool = runtime._pool
+    if pool.running:
+        poller = pool.poller
+        silent = time.monotonic() - poller.last_maintained
+        limit = 2 * runtime.options.lease_duration
+        if not poller.alive():
+            checks.append(Check("worker loop", "fail", "the poller thread is not running"))
+        elif silent > limit:
+            checks.append(
+                Check(
+                    "worker loop",
+                    "fail",
+                    f"no heartbeat committed for {silent:.1f}s (limit {limit:g}s)",
+                    "the database may be refusing writes; see the process's log",
+                )
+            )
+        else:
+            checks.append(Check("worker loop", "ok", f"last heartbeat {silent:.1f}s ago"))
+    return Report(checks)
+
+
+def serve_health(runtime: Runtime, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
+    """Answer ``GET /healthz`` (and ``/readyz``) with the health report: 200 or 503, JSON.
+
+    For Kubernetes probes of a worker process (``solid-objects worker --health-port``);
+    the server runs in a daemon thread until ``server.shutdown()``.
+    """
+    from .admin import to_jsonable
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?")[0] not in ("/healthz", "/readyz", "/"):
+                self.send_error(404)
+                return
+            try:
+                report = health(runtime)
+                body = {"status": report.status, "checks": to_jsonable(report.checks)}
+                code = 200 if report.ok else 503
+            except Exception as exc:  # a probe must answer, whatever went wrong
+                body, code = {"status": "fail", "error": repr(exc)}, 503
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: object) -> None:
+            log.debug("health %s", format % args)
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="solid-health", daemon=True).start()
+    return server
