@@ -345,3 +345,25 @@ def test_a_failing_instrumentation_never_fails_the_work(
         drain_until(rt, lambda: ref.snapshot()["notified"] == 1)
     assert value(registry, "solid_turns_total", **_shop("order"), outcome="completed") == 1
     assert any(r.exc_info and "exporter down" in str(r.exc_info[1]) for r in caplog.records)
+
+
+def test_traceparent_names_the_span_that_enqueued_a_message(
+    make_runtime: Callable[..., Runtime],
+    spans: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    """What another process would need to continue the trace (once rows carry it)."""
+    from solid_objects.observability.otel import _parent
+
+    provider, exporter = spans
+    tracing = OpenTelemetryTracing(tracer_provider=provider)
+    rt = shop(make_runtime, workers=0)
+    observe(rt, tracing)
+    sent = rt.ref(Shop, "w3c").order.send()
+    enqueue = _one(list(exporter.get_finished_spans()), "solid.enqueue Shop.order")
+    assert enqueue.context is not None
+    carried = tracing.traceparent(sent.id)
+    ids = f"{enqueue.context.trace_id:032x}-{enqueue.context.span_id:016x}"
+    assert carried == f"00-{ids}-{int(enqueue.context.trace_flags):02x}"
+    resumed = trace.get_current_span(_parent(None, carried)).get_span_context()
+    assert (resumed.trace_id, resumed.span_id) == (enqueue.context.trace_id, _id(enqueue))
+    assert tracing.traceparent("no-such-message") is None

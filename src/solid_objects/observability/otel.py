@@ -10,8 +10,9 @@ its message (the caller's enqueue, the sending actor's turn, the effect whose
 callback it is, the reminder firing), and an effect is a child of the turn
 that emitted it. The link is kept in this process only, in a bounded map from
 message or effect id to span context: a message run by another process
-starts a new trace there (storing ``traceparent`` with the message row needs
-a column the schema does not have yet).
+starts a new trace there. Carrying it across processes needs the W3C
+``traceparent`` (:meth:`OpenTelemetryTracing.traceparent`) stored with the
+message and effect rows, in columns the schema does not have yet.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from .events import Instrumentation, Turn, turn_outcome
 
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from ..engine.turn import TurnOutcome
     from ..store import Committed, EffectRow, Enqueued, MessageRow
 
+_W3C = TraceContextTextMapPropagator()
 _FAILED = frozenset({"dead", "lease_lost", "commit_failed"})
 _EFFECT_OUTCOMES = {"done": "done", "pending": "retry", "dead": "dead"}
 
@@ -59,9 +62,14 @@ class _Recent:
             return self._items.get(key)
 
 
-def _parent(found: SpanContext | None) -> Context:
-    """The context to start a span in: under ``found``, or a new trace."""
-    return Context() if found is None else trace.set_span_in_context(NonRecordingSpan(found))
+def _parent(found: SpanContext | None, traceparent: str | None = None) -> Context:
+    """The context to start a span in: under ``found``, else under a W3C ``traceparent``
+    carried from another process, else a new trace."""
+    if found is not None:
+        return trace.set_span_in_context(NonRecordingSpan(found))
+    if traceparent:
+        return _W3C.extract({"traceparent": traceparent}, context=Context())
+    return Context()
 
 
 class OpenTelemetryTracing(Instrumentation):
@@ -87,6 +95,19 @@ class OpenTelemetryTracing(Instrumentation):
         if turns is None:
             turns = self._local.turns = {}
         return turns
+
+    def traceparent(self, key: str) -> str | None:
+        """The W3C ``traceparent`` of the span that created a message or effect (by id).
+
+        What a process would store with the row so that the process running it
+        continues the trace: ``_parent(None, traceparent)`` is its other half.
+        """
+        found = self._links.get(key)
+        if found is None:
+            return None
+        carrier: dict[str, str] = {}
+        _W3C.inject(carrier, context=_parent(found))
+        return carrier.get("traceparent")
 
     # --- enqueue ----------------------------------------------------------------------
 
