@@ -283,6 +283,15 @@ def test_failed_turns_and_reminders_are_spans_too(
     assert fired.parent is None  # a timer starts a new trace
     assert _parent_of(tick) == _id(fired)
 
+    ref.forward.send()  # one actor sends another a message: the sender's trace goes on
+    rt.testing.drain()
+    found = list(exporter.get_finished_spans())
+    forward = _one(found, "solid.turn Shop.forward")
+    [received] = [
+        s for s in found if s.name == "solid.turn Shop.order" and _parent_of(s) == _id(forward)
+    ]
+    assert received.attributes is not None and received.attributes["solid.actor_id"] == "other"
+
 
 def test_without_observe_no_span_is_made(
     make_runtime: Callable[..., Runtime],

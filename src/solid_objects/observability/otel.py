@@ -148,7 +148,7 @@ class OpenTelemetryTracing(Instrumentation):
             stale.end()
         span = self.tracer.start_span(
             f"solid.turn {message.actor_type}.{message.operation}",
-            context=_parent(self._links.get(message.id)),
+            context=_parent(self._origin(message)),
             kind=SpanKind.CONSUMER,
             attributes={
                 "solid.actor_type": message.actor_type,
@@ -161,14 +161,29 @@ class OpenTelemetryTracing(Instrumentation):
         turns[(message.id, attempt)] = span
         self._local.attached = otel_context.attach(trace.set_span_in_context(span))
 
+    def _origin(self, message: MessageRow) -> SpanContext | None:
+        """The span that created ``message``: by its id, or (for an effect's callback,
+        whose id is drawn inside the recording transaction) by its idempotency key."""
+        found = self._links.get(message.id)
+        if found is None and message.idempotency_key is not None:
+            found = self._links.get(message.idempotency_key)
+        return found
+
     def turn_executed(self, message: MessageRow, attempt: int, outcome: TurnOutcome) -> None:
         token = getattr(self._local, "attached", None)
         if token is not None:
             self._local.attached = None
             otel_context.detach(token)
         span = self._turns().get((message.id, attempt))
-        if span is not None and outcome.exception is not None:
+        if span is None:
+            return
+        if outcome.exception is not None:
             span.record_exception(outcome.exception)
+        if outcome.staged is not None:
+            # Before the commit makes the effects visible to another runner thread.
+            here = span.get_span_context()
+            for effect in outcome.staged.effects:
+                self._links.put(effect.id, here)
 
     def committed(
         self, batch: Sequence[Turn], results: Sequence[Committed | None] | None, started: float
@@ -194,13 +209,9 @@ class OpenTelemetryTracing(Instrumentation):
             span.set_attribute("solid.outcome", kind)
             if kind in _FAILED or kind == "retry":
                 span.set_status(Status(StatusCode.ERROR, kind))
-            here = span.get_span_context()
             if result is not None:
                 for sent in result.outbound:
-                    self._links.put(sent.id, here)
-                if outcome.staged is not None:
-                    for effect in outcome.staged.effects:
-                        self._links.put(effect.id, here)
+                    self._links.put(sent.id, span.get_span_context())
             span.end(end_time=end)
 
     # --- effects and reminders --------------------------------------------------------
@@ -221,6 +232,8 @@ class OpenTelemetryTracing(Instrumentation):
                 "solid.attempt": effect.attempts,
             },
         )
+        for outcome in ("success", "failure"):  # the callback's key (see EffectRunner._record)
+            self._links.put(f"effect:{effect.id}:{outcome}", span.get_span_context())
         token = otel_context.attach(trace.set_span_in_context(span))
         self._local.effect = (span, token)
 
@@ -242,8 +255,6 @@ class OpenTelemetryTracing(Instrumentation):
     ) -> list[Enqueued]:
         span = self._end_effect(_EFFECT_OUTCOMES.get(status, status))
         if span is not None:
-            for e in enqueued:
-                self._links.put(e.message.id, span.get_span_context())
             span.end()
         return enqueued
 
