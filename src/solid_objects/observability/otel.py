@@ -99,8 +99,8 @@ class OpenTelemetryTracing(Instrumentation):
     def traceparent(self, key: str) -> str | None:
         """The W3C ``traceparent`` of the span that created a message or effect (by id).
 
-        What a process would store with the row so that the process running it
-        continues the trace: ``_parent(None, traceparent)`` is its other half.
+        The value to store with the row so that the process running it continues the
+        trace; ``_parent(None, traceparent)`` turns it back into a parent context.
         """
         found = self._links.get(key)
         if found is None:
@@ -238,7 +238,10 @@ class OpenTelemetryTracing(Instrumentation):
         self._local.effect = (span, token)
 
     def _end_effect(self, outcome: str) -> Span | None:
-        """End this thread's open effect span; also cleans up after a failed record."""
+        """Detach this thread's open effect span and set its outcome; the caller ends it.
+
+        ``effect_started`` also calls it, for a span whose outcome was never recorded.
+        """
         open_: tuple[Span, Token[Context]] | None = getattr(self._local, "effect", None)
         if open_ is None:
             return None
