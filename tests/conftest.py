@@ -13,17 +13,15 @@ instead, so server tests can never be skipped silently.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy
-from sqlalchemy.engine import make_url
 
 from solid_objects import Runtime
+from solid_objects.pytest_plugin import fresh_database as plugin_fresh_database
 
 FAST = {
     "retry_base_delay": 0.02,
@@ -69,29 +67,13 @@ def db_url(backend: str, tmp_path: Path) -> Iterator[str]:
 
 @contextmanager
 def fresh_database(backend: str, folder: Path) -> Iterator[str]:
-    """The URL of a new, empty database (dropped on exit); a SQLite file goes in ``folder``."""
-    if backend == "sqlite":
-        yield f"sqlite:///{folder / 'test.db'}"
-        return
-    base = make_url(os.environ[SERVER_VARIABLES[backend]])
-    name = f"solid_t_{uuid.uuid4().hex[:12]}"
-    admin = sqlalchemy.create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        if backend == "postgresql":
-            conn.exec_driver_sql(f"CREATE SCHEMA {name}")
-            url = base.update_query_dict({"options": f"-csearch_path={name}"})
-        else:
-            conn.exec_driver_sql(f"CREATE DATABASE {name}")
-            url = base.set(database=name)
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            if backend == "postgresql":
-                conn.exec_driver_sql(f"DROP SCHEMA {name} CASCADE")
-            else:
-                conn.exec_driver_sql(f"DROP DATABASE {name}")
-        admin.dispose()
+    """The URL of a new, empty database (dropped on exit); a SQLite file goes in ``folder``.
+
+    The same helper the pytest plugin's ``solid_db_url`` fixture uses.
+    """
+    server = None if backend == "sqlite" else os.environ[SERVER_VARIABLES[backend]]
+    with plugin_fresh_database(server, folder, "test.db") as url:
+        yield url
 
 
 @pytest.fixture
