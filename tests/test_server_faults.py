@@ -396,12 +396,10 @@ class Server:
             version, name = self.cluster
             run("pg_ctlcluster", "--skip-systemctl-redirect", version, name, "restart")
         else:
-            pid = Path(self.pid_file).read_text().strip()
             admin = ["mariadb-admin", "-h", self.host, "-P", str(self.port), "-u", self.user]
             if self.password:
                 admin.append(f"--password={self.password}")
             run(*admin, "shutdown")
-            wait_for(lambda: not Path(f"/proc/{pid}").exists(), "mariadbd to exit", 60)
             self.start()
         wait_for(lambda: connectable(self.url), "the server to accept connections", 60)
 
@@ -415,11 +413,21 @@ class Server:
                 check=False,  # "already running" is fine
             )
             return
+        # A server still shutting down would make start-stop-daemon do nothing.
+        wait_for(lambda: not self.running_pid(), "the old mariadbd to exit", 60)
         exe, *args = self.command
         run(
             "start-stop-daemon", "--start", "--oknodo", "--background",
             "--pidfile", self.pid_file, "--exec", exe, "--", *args,
         )  # fmt: skip
+
+    def running_pid(self) -> str | None:
+        """The pid in mariadbd's pid file, if that process still runs."""
+        try:
+            pid = Path(self.pid_file).read_text().strip()
+        except FileNotFoundError:
+            return None
+        return pid if pid and Path(f"/proc/{pid}").exists() else None
 
     def ensure_up(self) -> None:
         """Leave the server running whatever happened (called in ``finally``)."""
@@ -430,11 +438,12 @@ class Server:
 
 
 @pytest.fixture
-def restarted_cluster(tmp_path: Path, backend: str) -> Iterator[Cluster]:
-    """A cluster on a fresh schema/database of its own, created and dropped without a pool.
+def restartable(tmp_path: Path, backend: str) -> Iterator[tuple[Cluster, Server]]:
+    """A cluster on a fresh schema/database of its own, and the server it runs on.
 
-    (``db_url``'s admin engine keeps its connection across the test, and a
-    restart of the server ends that connection.)
+    The schema is created and dropped without a connection pool (``db_url``'s
+    admin engine keeps its connection across the test, and a restart ends it);
+    before dropping it, the server is started again if the test left it down.
     """
     base = make_url(os.environ[SERVER_VARIABLES[backend]])
     name = f"solid_t_{uuid.uuid4().hex[:12]}"
@@ -447,11 +456,12 @@ def restarted_cluster(tmp_path: Path, backend: str) -> Iterator[Cluster]:
     else:
         url = base.set(database=name)
     c = Cluster(tmp_path, url.render_as_string(hide_password=False))
+    server = Server(c.url)  # while the server is up: how to start it again
     try:
-        yield c
+        yield c, server
     finally:
         c.close()
-        Server(c.url).ensure_up()
+        server.ensure_up()
         with admin.connect() as conn:
             conn.exec_driver_sql(f"DROP {schema} {name}{drop}")
         admin.dispose()
@@ -460,7 +470,7 @@ def restarted_cluster(tmp_path: Path, backend: str) -> Iterator[Cluster]:
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", SERVERS, indirect=True)
 def test_server_restart_under_load_loses_no_acknowledged_call_or_message(
-    restarted_cluster: Cluster, backend: str
+    restartable: tuple[Cluster, Server], backend: str
 ) -> None:
     """Callers keep calling and sending through a restart of the database server.
 
@@ -472,8 +482,7 @@ def test_server_restart_under_load_loses_no_acknowledged_call_or_message(
     have committed (the error does not say), so it must be applied at most once.
     Every returned result must match the committed state.
     """
-    cluster = restarted_cluster
-    server = Server(cluster.url)
+    cluster, server = restartable
     rt = cluster.caller()
     workers = cluster.start_workers(2, workers=2, lease_duration=1.0, poll_interval=0.05)
     stop = threading.Event()
