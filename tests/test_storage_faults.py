@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from solid_objects import Actor, Runtime
+from solid_objects import Actor, EffectContext, Runtime
 from solid_objects.errors import DatabaseError
 
 from .conftest import FAST
@@ -47,6 +47,9 @@ class Box(Actor):
 
     def note(self, text: str) -> int:
         return len(text)
+
+    def mail(self, to: str) -> None:
+        self.emit("send", to=to)
 
 
 def wait_until(predicate: Callable[[], T], what: str, timeout: float = STEP) -> T:
@@ -214,3 +217,44 @@ def test_full_disk_gives_a_database_error_corrupts_nothing_and_recovers(
     finally:
         conn.close()
     assert statuses == [("completed", 4)]
+
+
+def test_disk_full_after_an_effect_ran_it_runs_again_with_the_same_id(
+    small_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The handler ran but its completion could not be written: the effect stays
+    claimed, and once the disk has space it runs again with the same ``ctx.id``
+    (at least once, never lost) and is recorded done exactly once."""
+    path = small_disk / "app.db"
+    rt = Runtime(f"sqlite:///{path}", workers=1, effect_timeout=1.0, **FAST)
+    calls: list[tuple[str, int]] = []
+    fillers: list[Path] = []
+
+    @rt.effect("send")
+    def send(ctx: EffectContext, to: str) -> None:
+        calls.append((ctx.id, ctx.attempt))
+        if len(calls) == 1:
+            fillers.append(fill(small_disk))  # the disk fills while the email goes out
+
+    rt.install()
+    caplog.set_level(logging.WARNING, logger="solid_objects")
+    with rt:
+        rt.ref(Box, "m").mail(to="ann@example.com")  # the turn committed: the effect exists
+        wait_until(lambda: fillers, "the handler to run and fill the disk")
+        wait_until(
+            lambda: any(
+                r.getMessage().startswith("could not record effect")
+                and "disk is full" in str(r.exc_info)
+                for r in caplog.records
+            ),
+            "recording the effect's completion to fail on the full disk",
+        )
+        assert rows(rt, "SELECT status FROM solid_effects") == [("running",)]
+        fillers[0].unlink()
+        wait_until(
+            lambda: rows(rt, "SELECT status FROM solid_effects") == [("done",)],
+            "the effect to run again and be recorded done",
+        )
+    assert len(calls) == 2 and calls[0][0] == calls[1][0], calls
+    assert [attempt for _, attempt in calls] == [1, 2]
+    assert integrity(path) == [("ok",)]
