@@ -344,3 +344,32 @@ def test_schema_3_databases_upgrade_to_4(db_url: str, make_runtime: Callable[...
         assert ops(upgraded).list_processes().items == []
     finally:
         upgraded.close()
+
+
+def test_automatic_retention_prunes_finished_rows_and_keeps_live_work(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    rt = make_runtime(workers=2, lease_duration=0.3, retention=0.2, retention_interval=0.1)
+    rt.register(Counter)
+    admin = ops(rt)
+    with rt:
+        for n in range(5):
+            rt.ref(Counter, "auto").add(n=n)
+        admin.pause_actor("Counter", "auto")
+        held = rt.ref(Counter, "auto").add.send(n=99)
+        wait_until(
+            lambda: count_rows(rt, "messages") == 1, STEP, "the finished messages to be pruned"
+        )
+        assert held.status() == "queued"
+        assert rt.ref(Counter, "auto").snapshot() == {"applied": [0, 1, 2, 3, 4]}
+        admin.resume_actor("Counter", "auto")
+        assert held.wait(timeout=STEP) == [0, 1, 2, 3, 4, 99]
+
+
+def test_retention_options_are_checked(make_runtime: Callable[..., Runtime]) -> None:
+    from solid_objects.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="retention"):
+        make_runtime(retention=-1)
+    with pytest.raises(ConfigurationError, match="retention_interval"):
+        make_runtime(retention_interval=0)

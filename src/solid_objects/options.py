@@ -51,6 +51,12 @@ class Options:
     #: each commit; for MySQL/MariaDB, which have no NOTIFY. None: NOTIFY on PostgreSQL,
     #: polling elsewhere. Every process of one deployment should use the same path.
     wakeup_url: str | None = None
+    #: Seconds after which finished messages, done effects and stopped processes are
+    #: pruned automatically by processes running workers (None: never; prune by hand).
+    #: It is also how long an idempotency key deduplicates a retried call.
+    retention: float | None = None
+    #: Seconds between automatic prunes (with ``retention``).
+    retention_interval: float = 3600.0
 
     @classmethod
     def from_kwargs(cls, kwargs: dict[str, Any]) -> Options:
@@ -85,8 +91,11 @@ class Options:
             "idle_timeout",
             "busy_timeout",
             "effect_timeout",
+            "retention_interval",
         ):
             positive(name)
+        if self.retention is not None:
+            positive("retention")
         positive("workers", integer=True, zero=True)
         for name in (
             "max_attempts",

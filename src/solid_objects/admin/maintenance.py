@@ -44,8 +44,6 @@ if TYPE_CHECKING:
     from ..store.admin import ActorRow
     from ..store.processes import ProcessRow
 
-#: Rows deleted per retention transaction: short transactions never hold up live work.
-PRUNE_BATCH = 500
 PRUNE_KINDS: tuple[PruneKind, ...] = get_args(PruneKind)
 
 
@@ -401,42 +399,19 @@ class Maintenance(AdminBase):
                 with store.read() as tx:
                     rows[kind] = store.count_prunable(tx, typed, cutoff)
                 continue
-            rows[kind] = self._prune_kind(typed, cutoff, principal, progress)
-        return PruneReport(_time(cutoff), dry_run, rows)
 
-    def _prune_kind(
-        self,
-        kind: PruneKind,
-        cutoff: int,
-        principal: str,
-        progress: Callable[[str, int], None] | None,
-    ) -> int:
-        store = self._runtime.store
-        deleted = 0
-        after: str | None = None
-        while True:
-            with store.read() as tx:
-                keys = store.prunable(tx, kind, cutoff, after=after, limit=PRUNE_BATCH)
-            if not keys:
-                break
-            after = keys[-1]
-
-            def body(tx: Tx, keys: list[str] = keys) -> int:
-                n = store.prune(tx, kind, cutoff, keys)
+            def record(tx: Tx, keys: list[str], deleted: int, kind: str = kind) -> None:
                 self._audit(
                     tx,
                     principal,
                     "retention.prune",
                     kind,
                     f"{keys[0]}..{keys[-1]}",
-                    detail={"deleted": n, "cutoff": cutoff},
+                    detail={"deleted": deleted, "cutoff": cutoff},
                 )
-                return n
 
-            deleted += store.transact(body)
-            if progress is not None:
-                progress(kind, deleted)
-        return deleted
+            rows[kind] = store.prune_older(typed, cutoff, record=record, progress=progress)
+        return PruneReport(_time(cutoff), dry_run, rows)
 
 
 def _process_info(row: ProcessRow, now: int) -> ProcessInfo:

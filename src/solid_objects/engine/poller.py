@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from .. import faults
 from ..store import Claimed, MessageRow, Tx
 from ..store.store import new_id
+from .retention import RetentionSchedule
 
 if TYPE_CHECKING:
     from .worker import WorkerPool
@@ -37,6 +38,7 @@ class Poller:
         self.options = pool.options
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self.retention = RetentionSchedule(self.store, self.options)
         #: ``time.monotonic()`` of the last committed heartbeat (for the health check).
         self.last_maintained = time.monotonic()
 
@@ -164,6 +166,7 @@ class Poller:
                 if time.monotonic() >= next_maintenance:
                     found += self.maintain()
                     next_maintenance = time.monotonic() + renew_every
+                    self.retention.start_if_due()
                 if not found:
                     found, sleep = self._due_work()
             except DB_ERRORS:

@@ -13,10 +13,16 @@ meets the oldest rows first and a batch costs about its own size.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Literal, TypeVar
 
 from .dialect import Tx
+
+T = TypeVar("T")
+
+#: Rows deleted per transaction: short transactions never hold up live work.
+PRUNE_BATCH = 500
 
 PruneKind = Literal["messages", "effects", "processes", "audit"]
 
@@ -37,9 +43,43 @@ RULES: dict[PruneKind, tuple[str, str, str]] = {
 
 
 class RetentionStatements:
-    """Mixin: needs the table names of every other statement module."""
+    """Mixin: needs ``read`` and ``transact`` of Store for the batched :meth:`prune_older`."""
 
     prefix: str
+    read: Callable[[], AbstractContextManager[Tx]]
+    transact: Callable[..., Any]
+
+    def prune_older(
+        self,
+        kind: PruneKind,
+        cutoff: int,
+        *,
+        record: Callable[[Tx, list[str], int], None] | None = None,
+        progress: Callable[[str, int], None] | None = None,
+    ) -> int:
+        """Delete every candidate of ``kind`` finished before ``cutoff``, a batch per commit.
+
+        ``record(tx, keys, deleted)`` runs inside each batch's transaction (the audit
+        record); ``progress(kind, deleted_so_far)`` after each commit.
+        """
+        deleted = 0
+        after: str | None = None
+        while True:
+            with self.read() as tx:
+                keys = self.prunable(tx, kind, cutoff, after=after, limit=PRUNE_BATCH)
+            if not keys:
+                return deleted
+            after = keys[-1]
+
+            def body(tx: Tx, keys: list[str] = keys) -> int:
+                n = self.prune(tx, kind, cutoff, keys)
+                if record is not None:
+                    record(tx, keys, n)
+                return n
+
+            deleted += int(self.transact(body))
+            if progress is not None:
+                progress(kind, deleted)
 
     def _retention(self, template: str) -> str:
         for name in ("processes", "audit", "resolutions"):
