@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -17,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry
 
-from solid_objects import Actor, EffectContext, Runtime
+from solid_objects import Actor, AsyncRuntime, EffectContext, Runtime
 from solid_objects.errors import ConfigurationError, MessageFailed
 from solid_objects.observability import (
     Instrumentation,
@@ -376,3 +377,26 @@ def test_traceparent_names_the_span_that_enqueued_a_message(
     resumed = trace.get_current_span(_parent(None, carried)).get_span_context()
     assert (resumed.trace_id, resumed.span_id) == (enqueue.context.trace_id, _id(enqueue))
     assert tracing.traceparent("no-such-message") is None
+
+
+def test_an_async_call_nests_under_the_callers_span(
+    db_url: str, spans: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    """AsyncRuntime runs the enqueue in its own thread pool; the caller's context goes along."""
+    provider, exporter = spans
+
+    async def scenario() -> int:
+        rt = AsyncRuntime(db_url, workers=1, poll_interval=0.05)
+        await rt.install()
+        rt.register(Shop)
+        observe(rt, OpenTelemetryTracing(tracer_provider=provider))
+        async with rt:
+            with provider.get_tracer("app").start_as_current_span("GET /async") as request:
+                assert await rt.ref(Shop, "async").order() == 1
+        return request.get_span_context().span_id
+
+    request_id = asyncio.run(scenario())
+    found = list(exporter.get_finished_spans())
+    enqueue = _one(found, "solid.enqueue Shop.order")
+    assert _parent_of(enqueue) == request_id
+    assert _parent_of(_one(found, "solid.turn Shop.order")) == _id(enqueue)

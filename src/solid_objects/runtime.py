@@ -10,6 +10,7 @@ same names as coroutines.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import signal
 import threading
@@ -302,7 +303,8 @@ class AsyncRuntime:
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(fn, *args, **kwargs))
+        context = contextvars.copy_context()  # so the caller's trace context follows the call
+        return await loop.run_in_executor(self._executor, partial(context.run, fn, *args, **kwargs))
 
     async def _wait(self, message: MessageReference[Any], timeout: float | None) -> Any:
         return await self.sync._engine.wait_async(message, timeout, self._run)
