@@ -400,3 +400,18 @@ def test_an_async_call_nests_under_the_callers_span(
     enqueue = _one(found, "solid.enqueue Shop.order")
     assert _parent_of(enqueue) == request_id
     assert _parent_of(_one(found, "solid.turn Shop.order")) == _id(enqueue)
+
+
+def test_a_missing_optional_package_says_which_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    import solid_objects.observability as observability
+
+    monkeypatch.delitem(sys.modules, "solid_objects.observability.prometheus", raising=False)
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    with pytest.raises(ImportError, match=r"solid-objects\[metrics\]"):
+        observability.PrometheusMetrics  # noqa: B018
+    with pytest.raises(AttributeError):
+        observability.Nothing  # noqa: B018

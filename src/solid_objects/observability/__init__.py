@@ -10,6 +10,7 @@ optional packages are imported only when their class is used. See
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from .events import OUTCOMES, Fanout, Instrumentation, LogEvents, log_fields
@@ -49,12 +50,17 @@ def observe(runtime: Runtime | AsyncRuntime, *instrumentations: Instrumentation)
 
 def __getattr__(name: str) -> Any:
     """Import the integrations lazily: their packages are optional."""
-    if name == "PrometheusMetrics":
-        from .prometheus import PrometheusMetrics
-
-        return PrometheusMetrics
-    if name == "OpenTelemetryTracing":
-        from .otel import OpenTelemetryTracing
-
-        return OpenTelemetryTracing
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    extras = {
+        "PrometheusMetrics": ("prometheus", "metrics"),
+        "OpenTelemetryTracing": ("otel", "otel"),
+    }
+    if name not in extras:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, extra = extras[name]
+    try:
+        imported = importlib.import_module(f"{__name__}.{module}")
+    except ImportError as exc:
+        raise ImportError(
+            f"{name} needs {exc.name or 'a missing package'}: pip install 'solid-objects[{extra}]'"
+        ) from exc
+    return getattr(imported, name)
