@@ -14,10 +14,13 @@ gets ``ENOSPC`` from the kernel exactly as it would on a full volume.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -258,3 +261,76 @@ def test_disk_full_after_an_effect_ran_it_runs_again_with_the_same_id(
     assert len(calls) == 2 and calls[0][0] == calls[1][0], calls
     assert [attempt for _, attempt in calls] == [1, 2]
     assert integrity(path) == [("ok",)]
+
+
+# --- a file-size limit on a worker process (no root needed) ---------------------------------
+
+
+def test_worker_that_cannot_grow_files_fails_its_commit_cleanly_and_recovers(
+    tmp_path: Path,
+) -> None:
+    """A worker process under ``RLIMIT_FSIZE`` runs a turn whose commit needs more room
+    than it may write: SQLite's write fails (EFBIG, a disk I/O error), the commit is
+    refused as a whole and the worker survives; once the limit is lifted (SIGUSR1) the
+    message commits exactly once, and the file was never corrupted."""
+    from tests.apps.limited import Blob
+
+    path = tmp_path / "app.db"
+    url = f"sqlite:///{path}"
+    caller = Runtime(url, workers=0, call_timeout=STEP)
+    caller.install()
+    blob = caller.ref(Blob, "b")
+    first = blob.grow.send(kb=1)
+    big = blob.grow.send(kb=2048)
+    sizes = [p.stat().st_size for p in tmp_path.glob("app.db*")]
+    limit = max(sizes) + 512 * 1024  # room for claims and leases, not for 2 MiB of state
+    stderr_path = tmp_path / "worker.stderr"
+    env = {**os.environ, "SOLID_TEST_DB": url, "SOLID_TEST_OPTIONS": json.dumps(FAST)}
+    with open(stderr_path, "wb") as stderr:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.apps.limited",
+                str(limit),
+                "worker",
+                "tests.apps.limited:runtime",
+            ],
+            cwd=Path(__file__).resolve().parents[1],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        assert first.wait(timeout=STEP) == 1  # small commits fit under the limit
+        wait_until(
+            lambda: "disk I/O error" in stderr_path.read_text(errors="replace"),
+            "the worker's commit to hit the file size limit",
+        )
+        assert proc.poll() is None, stderr_path.read_text(errors="replace")
+        assert big.status() == "queued"
+        assert blob.snapshot() == {"data": "x" * 1024, "calls": 1}
+        assert integrity(path) == [("ok",)]
+
+        os.kill(proc.pid, signal.SIGUSR1)
+        assert big.wait(timeout=STEP) == 2
+        assert len(blob.snapshot()["data"]) == (1 + 2048) * 1024
+        assert blob.grow.send().wait(timeout=STEP) == 3
+    finally:
+        proc.terminate()
+        proc.wait(timeout=STEP)
+        caller.close()
+    assert "Traceback" not in stderr_path.read_text(errors="replace").split("limit lifted")[-1]
+    assert integrity(path) == [("ok",)]
+    assert rows_of(path, "SELECT status, COUNT(*) FROM solid_messages GROUP BY 1") == [
+        ("completed", 3)
+    ]
+
+
+def rows_of(path: Path, sql: str) -> list[Any]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
