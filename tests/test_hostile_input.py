@@ -393,7 +393,9 @@ def id_variants(actor_id: str) -> list[str]:
 ACTOR_IDS = st.one_of(
     TEXT,
     st.text(ANY_CHAR, min_size=MAX_ID_LENGTH - 2, max_size=MAX_ID_LENGTH + 2),
-    st.sampled_from(["Cart-1", "ß", "ǅ", "İ", "a" * MAX_ID_LENGTH, "🎉" * MAX_ID_LENGTH]),
+    st.sampled_from(
+        ["Cart-1", "Cart-1 ", "ß", "ǅ", "İ", " ", "a" * MAX_ID_LENGTH, "🎉" * MAX_ID_LENGTH]
+    ),
     st.integers(),
     st.none(),
     st.binary(max_size=4),
@@ -469,6 +471,7 @@ def test_typed_call_with_a_foreign_callable_is_unknown_operation(rt: Runtime, me
 
 KEYS = st.one_of(
     TEXT,
+    st.sampled_from(["k", "k ", "K", "order-1\u00a0"]),
     st.text(ANY_CHAR, min_size=MAX_ID_LENGTH - 1, max_size=MAX_ID_LENGTH + 1),
     st.integers(),
     st.binary(max_size=3),
