@@ -329,7 +329,7 @@ def doctor(target: str, no_round_trip: bool, timeout: float, as_json: bool) -> N
     """
     runtime = load_runtime(target)
     try:
-        report = runtime.doctor(round_trip=not no_round_trip, timeout=timeout)
+        report = runtime.doctor(round_trip=not no_round_trip, timeout=timeout, app=target)
     finally:
         runtime.close()
     if as_json:

@@ -13,6 +13,7 @@ process's worker loop is alive and has heartbeated recently.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -70,8 +71,13 @@ class SolidObjectsDoctorProbe(Actor):
         return sent_at
 
 
-def examine(runtime: Runtime, *, round_trip: bool = True, timeout: float = 10.0) -> Report:
-    """Run every check against ``runtime``'s database; never raises for what it finds."""
+def examine(
+    runtime: Runtime, *, round_trip: bool = True, timeout: float = 10.0, app: str = "APP"
+) -> Report:
+    """Run every check against ``runtime``'s database; never raises for what it finds.
+
+    ``app`` is how the advice names the application (the CLI's ``module:runtime``).
+    """
     checks: list[Check] = []
     connected = _connection(runtime, checks)
     if connected and _schema(runtime, checks):
@@ -82,7 +88,13 @@ def examine(runtime: Runtime, *, round_trip: bool = True, timeout: float = 10.0)
         _backlog(runtime, checks)
         if round_trip:
             _round_trip(runtime, checks, timeout)
-    return Report(checks)
+    return Report([_for_app(c, app) for c in checks])
+
+
+def _for_app(check: Check, app: str) -> Check:
+    if check.advice is None:
+        return check
+    return dataclasses.replace(check, advice=check.advice.replace("{app}", app))
 
 
 def _connection(runtime: Runtime, checks: list[Check]) -> bool:
@@ -115,7 +127,7 @@ def _schema(runtime: Runtime, checks: list[Check]) -> bool:
                 "schema",
                 "fail",
                 "the Solid Objects tables are not installed",
-                "run `solid-objects install module:runtime` (or call runtime.install())",
+                "run `solid-objects install {app}` (or call runtime.install())",
             )
         )
         return False
@@ -125,7 +137,7 @@ def _schema(runtime: Runtime, checks: list[Check]) -> bool:
                 "schema",
                 "fail",
                 f"schema version {version}; this library needs {SCHEMA_VERSION}",
-                "run `solid-objects install module:runtime` to upgrade (safe while workers run)",
+                "run `solid-objects install {app}` to upgrade (safe while workers run)",
             )
         )
         return False
@@ -226,7 +238,7 @@ def _workers(runtime: Runtime, checks: list[Check]) -> None:
                 "warn",
                 detail,
                 "no process runs workers, so calls wait in their mailboxes: start "
-                "`solid-objects worker module:runtime` (see docs/deployment.md)",
+                "`solid-objects worker {app}` (see docs/deployment.md)",
             )
         )
     elif missing:
@@ -245,7 +257,7 @@ def _workers(runtime: Runtime, checks: list[Check]) -> None:
                 "warn",
                 detail,
                 "live workers recover stale ones within one lease; or run "
-                "`solid-objects processes recover module:runtime OWNER`",
+                "`solid-objects processes recover {app} OWNER`",
             )
         )
     else:
@@ -285,11 +297,11 @@ def _backlog(runtime: Runtime, checks: list[Check]) -> None:
     )
     advice = []
     if dead:
-        advice.append("`solid-objects dead-letters list module:runtime`")
+        advice.append("`solid-objects dead-letters list {app}`")
     if dead_effects:
-        advice.append("`solid-objects effects list module:runtime`")
+        advice.append("`solid-objects effects list {app}`")
     if retrying:
-        advice.append("`solid-objects status module:runtime` then `inspect` the retrying actors")
+        advice.append("`solid-objects status {app}` then `inspect` the retrying actors")
     if any(orphans):
         detail += f"; orphaned rows (messages, reminders, effects): {orphans}"
         advice.append("report the orphaned rows: they indicate a bug")
@@ -341,10 +353,8 @@ def _round_trip(runtime: Runtime, checks: list[Check], timeout: float) -> None:
 def health(runtime: Runtime) -> Report:
     """Cheap checks for a liveness or readiness probe of a process running ``runtime``."""
     checks: list[Check] = []
-    if not _connection(runtime, checks):
-        return Report(checks)
-    if not _schema(runtime, checks):
-        return Report(checks)
+    if not (_connection(runtime, checks) and _schema(runtime, checks)):
+        return Report([_for_app(c, "APP") for c in checks])
     pool = runtime._pool
     if pool.running:
         poller = pool.poller

@@ -206,11 +206,11 @@ class Runtime:
 
         return health(self)
 
-    def doctor(self, *, round_trip: bool = True, timeout: float = 10.0) -> Report:
+    def doctor(self, *, round_trip: bool = True, timeout: float = 10.0, app: str = "APP") -> Report:
         """Every check of ``solid-objects doctor``, with what to do about each problem."""
         from .doctor import examine
 
-        return examine(self, round_trip=round_trip, timeout=timeout)
+        return examine(self, round_trip=round_trip, timeout=timeout, app=app)
 
     # --- lifecycle --------------------------------------------------------------------
 
