@@ -33,10 +33,12 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -44,7 +46,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from solid_objects import Actor, EffectContext, Runtime
 from solid_objects.faults import POINTS, SimulatedCrash, inject
 
-from .conftest import BACKENDS, FAST, fresh_database
+from .conftest import BACKENDS, FAST, count_rows, fresh_database
 
 ACTORS = ["a", "b", "c"]
 HANDLED: list[tuple[str, int]] = []
@@ -288,3 +290,40 @@ if "postgresql" in BACKENDS:
 if "mysql" in BACKENDS:
     TestInterleavingsMariaDB = OnMariaDB.TestCase
     TestInterleavingsMariaDB.settings = _settings("mysql")
+
+
+class Tally(Actor):
+    n: int = 0
+
+    def add(self, by: int) -> int:
+        self.n += by
+        return self.n
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug (found by the soak, docs/correctness.md): every claim counts as a start "
+    "of the head message, so max_attempts lease losses dead-letter a message that never failed",
+)
+def test_a_worker_paused_past_its_lease_five_times_still_runs_the_message(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """The soak's violation, made deterministic: the process pauses past its lease after
+    running the turn and before committing (SIGSTOP, a VM pause, a long GC), five times.
+    Nothing crashed and the operation never failed, so the message must still run once."""
+    rt = make_runtime(workers=0, lease_duration=30.0)
+    rt.register(Tally)
+    rt.ref(Tally, "x").add.send(by=1)
+    pauses: list[str] = []
+
+    def paused_past_lease(name: str) -> None:
+        if name == "turn.executed" and len(pauses) < 5:
+            pauses.append(name)
+            rt.store.transact(lambda tx: tx.run("UPDATE solid_actors SET lease_expires_at = 0"))
+
+    with inject(paused_past_lease):
+        for _ in range(10):
+            rt.testing.drain(timeout=5)
+    assert len(pauses) == 5  # each refused at the fence
+    assert count_rows(rt, "messages", "status = 'dead'") == 0
+    assert rt.ref(Tally, "x").snapshot() == {"n": 1}
