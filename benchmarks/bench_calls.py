@@ -226,11 +226,12 @@ def instrument(rt: Runtime, meter: Meter, *, trace_statements: bool) -> None:
 
 
 def new_runtime(
-    url: str, *, workers: int, synchronous: str, trace: bool, call_timeout: float = 60.0
+    url: str, *, workers: int, synchronous: str, trace: bool, call_timeout: float = 60.0,
+    wakeup_url: str | None = None,
 ) -> tuple[Runtime, Meter]:
     """A runtime for the benchmark actor, instrumented by a fresh :class:`Meter`."""
     rt = Runtime(url, workers=workers, sqlite_synchronous=synchronous,
-                 call_timeout=call_timeout)
+                 call_timeout=call_timeout, wakeup_url=wakeup_url)
     meter = Meter()
     instrument(rt, meter, trace_statements=trace)
     rt.register(BenchCounter)
@@ -264,10 +265,13 @@ class Settings:
     dbos_python: str | None = None
     #: Timed DBOS calls per cell (None: the same as ``calls``).
     dbos_calls: int | None = None
+    #: Runtime option ``wakeup_url`` (Redis) for every runtime and worker process.
+    wakeup_url: str | None = None
 
     def runtime(self, *, workers: int) -> tuple[Runtime, Meter]:
         return new_runtime(self.url, workers=workers, synchronous=self.synchronous,
-                           trace=self.trace_statements, call_timeout=self.call_timeout)
+                           trace=self.trace_statements, call_timeout=self.call_timeout,
+                           wakeup_url=self.wakeup_url)
 
 
 @dataclass(frozen=True)
@@ -540,6 +544,8 @@ class WorkerFleet:
         command = [sys.executable, str(Path(__file__).resolve()), "--worker-process",
                    "--url", settings.url, "--workers", str(settings.workers),
                    "--sqlite-synchronous", settings.synchronous]
+        if settings.wakeup_url:
+            command += ["--wakeup-url", settings.wakeup_url]
         if not settings.trace_statements:
             command.append("--no-trace")
         self.procs = [
@@ -598,9 +604,11 @@ def run_cell_processes(settings: Settings, cell: Cell, rep: int) -> CellRun:
         fleet.close()
 
 
-def worker_process_main(url: str, workers: int, synchronous: str, trace: bool) -> int:
+def worker_process_main(url: str, workers: int, synchronous: str, trace: bool,
+                        wakeup_url: str | None = None) -> int:
     """Body of a ``--worker-process``: run workers; answer ``stats``; stop on ``quit``/EOF."""
-    rt, meter = new_runtime(url, workers=workers, synchronous=synchronous, trace=trace)
+    rt, meter = new_runtime(url, workers=workers, synchronous=synchronous, trace=trace,
+                            wakeup_url=wakeup_url)
     with rt:
         print("ready", flush=True)
         for line in sys.stdin:
@@ -764,25 +772,63 @@ def run_dbos(settings: Settings, backend: str) -> dict[str, Any] | None:
 
     DBOS runs on SQLite (a temporary file, WAL) and PostgreSQL (a fresh database on
     the same server); it has no MySQL/MariaDB system database, so there it is skipped.
+    A DBOS run that finishes no cell for ``cell budget`` seconds is killed (it stalled:
+    DBOS on SQLite at concurrency 64 does); the cells it finished are kept and the
+    rest are reported with ``stalled`` true and no numbers.
     """
     if backend not in ("sqlite", "postgresql"):
         print(f"dbos: skipped on {backend} (DBOS supports SQLite and PostgreSQL only)",
               file=sys.stderr)
         return None
-    url = "sqlite" if backend == "sqlite" else make_url(settings.url).set(
-        query={}).render_as_string(hide_password=False)
+    work = Path(tempfile.mkdtemp(prefix="solid-bench-dbos-"))
+    out = work / "dbos.json"
+    db_name = f"bench_dbos_{os.getpid()}_{time.time_ns() % 10**9}"
+    server = None if backend == "sqlite" else make_url(settings.url).set(query={})
     command = [str(settings.dbos_python), str(Path(__file__).resolve().parent / "bench_dbos.py"),
-               "--url", url, "--shapes", ",".join(settings.shapes),
+               "--url", "sqlite" if server is None else
+               server.render_as_string(hide_password=False),
+               "--shapes", ",".join(settings.shapes),
                "--concurrency", ",".join(map(str, settings.concurrency)),
-               "--warmup", str(settings.warmup), "--identities", str(settings.identities)]
+               "--warmup", str(settings.warmup), "--identities", str(settings.identities),
+               "--json", str(out), "--workdir", str(work), "--db-name", db_name]
+    calls = settings.dbos_calls or settings.calls
     command += (["--duration", str(settings.duration)] if settings.duration
-                else ["--calls", str(settings.dbos_calls or settings.calls)])
+                else ["--calls", str(calls)])
+    budget = 60 + (settings.duration or calls / 20) + settings.warmup / 10
     print(f"dbos: {' '.join(command[1:])}", file=sys.stderr)
-    done = subprocess.run(command, stdout=subprocess.PIPE, text=True,
-                          timeout=max(600.0, settings.max_cell_seconds * 20))
-    if done.returncode != 0 and not done.stdout.strip():
-        raise RuntimeError(f"the DBOS peer failed (exit {done.returncode})")
-    result: dict[str, Any] = json.loads(done.stdout)
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    done_cells, last_progress, stalled = 0, time.monotonic(), False
+    try:
+        while proc.poll() is None:
+            time.sleep(2)
+            cells = len(json.loads(out.read_text())["cells"]) if out.exists() else 0
+            if cells > done_cells:
+                done_cells, last_progress = cells, time.monotonic()
+            elif time.monotonic() - last_progress > budget:
+                print(f"dbos: no cell finished in {budget:.0f} s: killing the DBOS run",
+                      file=sys.stderr)
+                stalled = True
+                proc.kill()
+                proc.wait()
+        if not out.exists():
+            print(f"dbos: the DBOS run failed (exit {proc.returncode})", file=sys.stderr)
+            return None
+        result: dict[str, Any] = json.loads(out.read_text())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if server is not None and stalled:
+            admin = sqlalchemy.create_engine(server, isolation_level="AUTOCOMMIT")
+            with admin.connect() as conn:
+                conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {db_name} WITH (FORCE)")
+            admin.dispose()
+    finished = {(c["shape"], c["concurrency"]) for c in result["cells"]}
+    for conc in settings.concurrency:
+        for shape in settings.shapes:
+            if (shape, conc) not in finished:
+                result["cells"].append({"shape": shape, "concurrency": conc, "stalled": True,
+                                        "calls": 0, "errors": 0, "ops_per_s": None,
+                                        "p50_ms": None, "p95_ms": None, "p99_ms": None,
+                                        "commits_per_call": None, "cpu_s_per_call": None})
     return result
 
 
@@ -863,6 +909,10 @@ def print_report(report: dict[str, Any]) -> None:
         print()
         print(f"DBOS {d['dbos']} peer on {d['database']} ({d['workload']}):")
         for c in d["cells"]:
+            if c.get("stalled"):
+                print(f"  {c['shape']:<5} c{c['concurrency']:<3} stalled: no result "
+                      "(killed after making no progress)")
+                continue
             print(f"  {c['shape']:<5} c{c['concurrency']:<3} {c['ops_per_s']:>7.0f} ops/s, "
                   f"p50 {c['p50_ms']:.2f} ms, p95 {c['p95_ms']:.2f} ms, "
                   f"p99 {c['p99_ms']:.2f} ms, {c['commits_per_call']:.2f} commits/call, "
@@ -1043,6 +1093,9 @@ def parser() -> argparse.ArgumentParser:
                         "also run the DBOS peer (SQLite and PostgreSQL)")
     p.add_argument("--dbos-calls", type=int,
                    help="timed DBOS calls per cell (default: --calls)")
+    p.add_argument("--wakeup-url",
+                   help="runtime option wakeup_url (e.g. redis://127.0.0.1:6379/0) for every "
+                        "runtime and worker process: cross-process wake-ups without polling")
     p.add_argument("--json", type=Path, help="write the full report as JSON here")
     p.add_argument("--worker-process", action="store_true", help=argparse.SUPPRESS)
     return p
@@ -1052,7 +1105,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.worker_process:
         return worker_process_main(args.url, args.workers, args.sqlite_synchronous,
-                                   not args.no_trace)
+                                   not args.no_trace, args.wakeup_url)
     # SIGTERM unwinds like Ctrl-C, so the temporary database is still removed.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     base = QUICK if args.quick else FULL
@@ -1093,6 +1146,7 @@ def main(argv: list[str] | None = None) -> int:
         call_timeout=pick("call_timeout"),
         dbos_python=args.dbos_python,
         dbos_calls=args.dbos_calls,
+        wakeup_url=args.wakeup_url,
     )
     try:
         report = run(settings, display_url if args.url else "temporary SQLite file")

@@ -18,7 +18,8 @@ committed result).
 
 Counting: every SQLAlchemy engine of the process is counted by a class-level
 ``commit`` event listener (all commits, including DBOS's read-only ones) and
-CPU is ``time.process_time()`` of this process.
+CPU is ``time.process_time()`` of this process. The system database pool is
+sized at twice the highest concurrency (at least DBOS's default, 20).
 
 SQLite: DBOS sets no ``journal_mode`` or ``synchronous`` pragma; like the
 baseline's ``sqlite-wal`` variant the file is switched to WAL before launch
@@ -137,7 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=None)
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--identities", type=int, default=100)
-    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--json", type=Path, default=None,
+                   help="write the report here, rewritten after every cell (a run killed "
+                        "mid-way leaves the cells it finished)")
+    p.add_argument("--workdir", type=Path, default=None,
+                   help="directory for the SQLite file (default: a new temporary directory)")
+    p.add_argument("--db-name", default=None,
+                   help="name of the PostgreSQL database to create (and drop afterwards)")
     args = p.parse_args(argv)
     shapes = [s for s in args.shapes.split(",") if s]
     concurrency = [int(c) for c in args.concurrency.split(",") if c]
@@ -147,9 +154,9 @@ def main(argv: list[str] | None = None) -> int:
 
     temp_dir: Path | None = None
     admin: sa.Engine | None = None
-    db_name = f"bench_dbos_{uuid.uuid4().hex[:10]}"
+    db_name = args.db_name or f"bench_dbos_{uuid.uuid4().hex[:10]}"
     if args.url == "sqlite":
-        temp_dir = Path(tempfile.mkdtemp(prefix="bench-dbos-"))
+        temp_dir = Path(tempfile.mkdtemp(prefix="bench-dbos-", dir=args.workdir))
         path = temp_dir / "dbos.sqlite"
         with sqlite3.connect(path) as conn:
             conn.execute("PRAGMA journal_mode=WAL")
@@ -167,9 +174,29 @@ def main(argv: list[str] | None = None) -> int:
 
     commits = Commits()
     results: list[dict[str, Any]] = []
+    report = {
+        "peer": "dbos",
+        "dbos": version("dbos"),
+        "database": database,
+        "sqlite_library": sqlite3.sqlite_version,
+        "sqlalchemy": sa.__version__,
+        "workload": "one workflow per call (SetWorkflowID, inline), one datasource "
+                    "transaction step: UPSERT counter keyed by identity, SERIALIZABLE",
+        "identities": args.identities,
+        "cells": results,
+    }
+
+    def save() -> str:
+        text = json.dumps(report, indent=2)
+        if args.json is not None:
+            args.json.write_text(text + "\n")
+        return text
     try:
+        # The default pool (20) runs dry at concurrency 64 (DBOS logs "pool exhausted"
+        # and retries); size it like the callers, as DBOS's message advises.
         DBOS(config={"name": "bench-dbos", "system_database_url": url,
-                     "log_level": "WARNING"})
+                     "log_level": "WARNING",
+                     "sys_db_pool_size": max(20, 2 * max(concurrency))})
         ds = SQLAlchemyDatasource.create(url)
         with ds.engine.begin() as c:
             c.exec_driver_sql("CREATE TABLE IF NOT EXISTS bench_dbos_counter "
@@ -219,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                     "cpu_s_per_call": (time.process_time() - marks[0][1]) / n if n else math.nan,
                 }
                 results.append(cell)
+                save()
                 print(f"dbos {database} {shape}/c{conc}: {cell['ops_per_s']:.0f} ops/s, "
                       f"p50 {cell['p50_ms']:.1f} ms, p99 {cell['p99_ms']:.1f} ms",
                       file=sys.stderr)
@@ -231,21 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                 c.exec_driver_sql(f"DROP DATABASE IF EXISTS {db_name} WITH (FORCE)")
             admin.dispose()
 
-    report = {
-        "peer": "dbos",
-        "dbos": version("dbos"),
-        "database": database,
-        "sqlite_library": sqlite3.sqlite_version,
-        "sqlalchemy": sa.__version__,
-        "workload": "one workflow per call (SetWorkflowID, inline), one datasource "
-                    "transaction step: UPSERT counter keyed by identity, SERIALIZABLE",
-        "identities": args.identities,
-        "cells": results,
-    }
-    text = json.dumps(report, indent=2)
-    if args.json is not None:
-        args.json.write_text(text + "\n")
-    print(text)
+    print(save())
     return 1 if any(c["errors"] for c in results) else 0
 
 

@@ -109,8 +109,8 @@ def print_side_by_side(reports: dict[str, dict[str, Any]]) -> None:
             cell = find(report["cells"], "warm", "call", conc)
             if cell is None:
                 continue
-            peer = next((c for c in dbos["cells"]
-                         if (c["shape"], c["concurrency"]) == ("warm", conc)), None)
+            peer = next((c for c in dbos["cells"] if (c["shape"], c["concurrency"]) == (
+                "warm", conc) and not c.get("stalled")), None)
             js = bench_calls.JS_ANCHOR.get(report["database"]) if conc == 16 else None
             r = raw.get(conc)
             ops = cell["ops_per_s"]
@@ -181,13 +181,18 @@ def main(argv: list[str] | None = None) -> int:
             server = {"postgresql": args.postgres_url, "mariadb": args.mysql_url}.get(kind)
             out = Path(scratch) / f"{kind}.json"
             print(f"\n##### {kind}", file=sys.stderr)
-            with scratch_database(kind, server) as url:
-                bench_argv = [*passthrough, "--json", str(out)]
-                if url is not None:
-                    bench_argv += ["--url", url]
-                if dbos_python is not None:
-                    bench_argv += ["--dbos-python", dbos_python]
-                status = max(status, bench_calls.main(bench_argv))
+            try:
+                with scratch_database(kind, server) as url:
+                    bench_argv = [*passthrough, "--json", str(out)]
+                    if url is not None:
+                        bench_argv += ["--url", url]
+                    if dbos_python is not None:
+                        bench_argv += ["--dbos-python", dbos_python]
+                    status = max(status, bench_calls.main(bench_argv))
+            except Exception as exc:  # the other databases still run
+                print(f"{kind}: the run failed: {exc!r}", file=sys.stderr)
+                status = 1
+                continue
             report = json.loads(out.read_text())
             report["settings"]["url"] = kind if url is None else make_url(url).render_as_string(
                 hide_password=True)

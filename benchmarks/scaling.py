@@ -1,0 +1,203 @@
+#!/usr/bin/env python
+"""Scaling study: how calls behave as actor rows, state size and mailbox depth grow.
+
+Three studies, each on a fresh runtime over one database (a temporary SQLite
+file by default, or ``--url``), with the counting of ``bench_calls.py``:
+
+- ``rows``: the tables hold N actors (10 ... ``--max-rows``), created by calls
+  from 16 threads. Then 16 caller threads measure sync calls for ``--seconds``
+  over 100 warm identities, and over identities spread across all N rows
+  (each call most likely finds no cached activation: a claim, a turn, a
+  release later).
+- ``state``: one operation on an actor whose state holds a string of S bytes
+  (100 B ... 1 MB); 16 caller threads over 16 identities. Every turn commits
+  the whole state.
+- ``depth``: D messages are sent to one identity without waiting (durable
+  enqueues), then the harness waits for all of them: enqueue rate, drain rate
+  (turns/s), and turn commits per message (how many queued turns one commit
+  holds).
+
+Usage::
+
+    .venv/bin/python benchmarks/scaling.py --quick
+    .venv/bin/python benchmarks/scaling.py --max-rows 100000 --json scaling.json
+    .venv/bin/python benchmarks/scaling.py --studies depth --url postgresql+psycopg://...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import bench_calls
+from bench_calls import BenchCounter, Meter, identity_plan, instrument, run_phase
+from raw_commit import percentile
+
+from solid_objects import Actor, Runtime
+
+
+class BenchBlob(Actor):
+    """An actor with a large state: ``data`` keeps its size, ``n`` counts turns."""
+
+    actor_type = "BenchBlob"
+    data: str = ""
+    n: int = 0
+
+    def touch(self, size: int) -> int:
+        if len(self.data) != size:
+            self.data = "x" * size
+        self.n += 1
+        return self.n
+
+
+def runtime(url: str, workers: int) -> tuple[Runtime, Meter]:
+    rt = Runtime(url, workers=workers, call_timeout=120.0)
+    meter = Meter()
+    instrument(rt, meter, trace_statements=False)
+    rt.register(BenchCounter)
+    rt.register(BenchBlob)
+    return rt, meter
+
+
+def timed(rt: Runtime, meter: Meter, call: Any, ids: Any, threads: int,
+          seconds: float) -> dict[str, Any]:
+    marks: list[bench_calls.Sample] = []
+    phase = run_phase(call, ids, threads, calls=None, duration=seconds,
+                      before=lambda: marks.append(meter.sample()))
+    delta = meter.sample() - marks[0]
+    n = len(phase.latencies)
+    lat = phase.latencies
+    return {"calls": n, "errors": len(phase.errors), "ops_per_s": n / phase.seconds,
+            "p50_ms": percentile(lat, 50) * 1000, "p99_ms": percentile(lat, 99) * 1000,
+            "write_tx_per_call": delta.write_tx / n if n else None,
+            "cpu_ms_per_call": delta.cpu_s * 1000 / n if n else None}
+
+
+def study_rows(url: str, steps: list[int], seconds: float, workers: int) -> list[dict[str, Any]]:
+    out = []
+    rt, meter = runtime(url, workers)
+    with rt:
+        def add(actor_id: str) -> None:
+            rt.ref(BenchCounter, actor_id).add(n=1)
+
+        created = 0
+        fill = identity_plan("new", "rows", 0)
+        for rows in steps:
+            def fresh(k: int, first: int = created) -> str:
+                return fill(first + k)
+
+            run_phase(add, fresh, 16, calls=rows - created, duration=None)
+            created = rows
+            warm = identity_plan("warm", "rows-warm", 100)
+            run_phase(add, warm, 16, calls=100, duration=None)
+            warm_cell = timed(rt, meter, add, warm, 16, seconds)
+            def spread(k: int, n: int = rows) -> str:
+                return fill((k * 7919) % n)
+
+            spread_cell = timed(rt, meter, add, spread, 16, seconds)
+            out.append({"rows": rows + 100, "warm": warm_cell, "spread": spread_cell})
+            print(f"rows {rows + 100:>7}: warm {warm_cell['ops_per_s']:,.0f} ops/s "
+                  f"(p99 {warm_cell['p99_ms']:.1f} ms), spread "
+                  f"{spread_cell['ops_per_s']:,.0f} ops/s (p99 {spread_cell['p99_ms']:.1f} ms)",
+                  file=sys.stderr)
+    return out
+
+
+def study_state(url: str, sizes: list[int], seconds: float,
+                workers: int) -> list[dict[str, Any]]:
+    out = []
+    rt, meter = runtime(url, workers)
+    with rt:
+        for size in sizes:
+            ids = identity_plan("warm", f"blob{size}", 16)
+
+            def touch(actor_id: str, size: int = size) -> None:
+                rt.ref(BenchBlob, actor_id).touch(size=size)
+
+            run_phase(touch, ids, 16, calls=32, duration=None)
+            cell = timed(rt, meter, touch, ids, 16, seconds)
+            out.append({"state_bytes": size, **cell})
+            print(f"state {size:>8} B: {cell['ops_per_s']:,.0f} ops/s, "
+                  f"p50 {cell['p50_ms']:.1f} ms, p99 {cell['p99_ms']:.1f} ms", file=sys.stderr)
+    return out
+
+
+def study_depth(url: str, depths: list[int], workers: int) -> list[dict[str, Any]]:
+    out = []
+    rt, meter = runtime(url, workers)
+    with rt:
+        for depth in depths:
+            ref = rt.ref(BenchCounter, f"depth-{depth}")
+            ref.add(n=0)
+            before = meter.sample()
+            t0 = time.perf_counter()
+            messages = [ref.add.send(n=1) for _ in range(depth)]
+            t_enqueued = time.perf_counter()
+            for m in messages:
+                m.wait(timeout=300)
+            t_done = time.perf_counter()
+            delta = meter.sample() - before
+            cell = {"depth": depth, "enqueue_per_s": depth / (t_enqueued - t0),
+                    "drain_turns_per_s": depth / (t_done - t0),
+                    "write_tx_per_message": delta.write_tx / depth,
+                    "db_commits_per_message": delta.commits / depth,
+                    "cpu_ms_per_message": delta.cpu_s * 1000 / depth}
+            out.append(cell)
+            print(f"depth {depth:>5}: {cell['drain_turns_per_s']:,.0f} turns/s end to end, "
+                  f"{cell['write_tx_per_message']:.2f} write tx/message", file=sys.stderr)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", help="database URL (default: a temporary SQLite file)")
+    p.add_argument("--studies", default="rows,state,depth")
+    p.add_argument("--quick", action="store_true", help="small steps, a few seconds")
+    p.add_argument("--max-rows", type=int, default=100_000)
+    p.add_argument("--seconds", type=float, default=3.0, help="timed seconds per step")
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    studies = [s for s in args.studies.split(",") if s]
+    temp_dir = None
+    url = args.url
+    if url is None:
+        temp_dir = Path(tempfile.mkdtemp(prefix="solid-scaling-"))
+        url = f"sqlite:///{temp_dir / 'scaling.db'}"
+    rows = [10, 100] if args.quick else [
+        r for r in (10, 100, 1_000, 10_000, 100_000, 1_000_000) if r <= args.max_rows]
+    sizes = [100, 10_000] if args.quick else [100, 1_000, 10_000, 100_000, 1_000_000]
+    depths = [1, 10] if args.quick else [1, 10, 100, 1_000, 5_000]
+    seconds = 0.5 if args.quick else args.seconds
+    report: dict[str, Any] = {"machine": bench_calls.machine(), "workers": args.workers,
+                              "seconds": seconds}
+    try:
+        setup = Runtime(url, workers=0)
+        setup.install()
+        setup.close()
+        report["database"] = setup.engine.dialect.name
+        if "rows" in studies:
+            report["rows"] = study_rows(url, rows, seconds, args.workers)
+        if "state" in studies:
+            report["state"] = study_state(url, sizes, seconds, args.workers)
+        if "depth" in studies:
+            report["depth"] = study_depth(url, depths, args.workers)
+    finally:
+        if temp_dir is not None:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+    report["machine"]["load_average_end"] = bench_calls.machine()["load_average"]
+    text = json.dumps(report, indent=2)
+    if args.json is not None:
+        args.json.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
