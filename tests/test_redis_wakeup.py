@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from solid_objects import Actor, Runtime
+from solid_objects import Actor, Runtime, faults
 from solid_objects.engine.wakeup import RedisWakeup
 from solid_objects.errors import ConfigurationError
 from tests.apps.procapp import Tally
@@ -297,3 +297,36 @@ def test_wakeup_url_needs_the_redis_package(db_url: str, monkeypatch: pytest.Mon
 def test_wakeup_url_must_be_a_redis_url(db_url: str) -> None:
     with pytest.raises(ConfigurationError, match="wakeup_url"):
         Runtime(db_url, wakeup_url="http://127.0.0.1:6379")
+
+
+def test_a_nudge_that_arrives_before_the_enqueue_is_routed_is_not_lost(db_url: str) -> None:
+    """Another process may finish a call, and its wake-up arrive, between the enqueue's
+    commit and the caller's routing of it (a busy caller thread): the caller must still
+    read the outcome instead of waiting as if the enqueue had not committed yet."""
+    caller_rt = Runtime(db_url, workers=0, call_timeout=5)
+    worker_rt = Runtime(db_url, workers=1, poll_interval=0.02)
+    try:
+        caller_rt.install()
+        worker_rt.register(Counter)
+        worker_rt.start()
+        caller_rt.start()
+        delivered: list[str] = []
+
+        def finished_elsewhere_first(point: str) -> None:
+            if point != "enqueue.committed" or delivered:
+                return
+            (message_id,) = list(caller_rt._waiters._futures)
+            wait_until(
+                lambda: caller_rt._engine.outcome(message_id) is not None,
+                STEP,
+                "the worker runtime to finish the message",
+            )
+            delivered.append(message_id)
+            caller_rt._on_notification(f"d:{message_id}")  # the wake-up, before routing
+
+        with faults.inject(finished_elsewhere_first):
+            assert caller_rt.ref(Counter, "early").add() == 1
+        assert delivered
+    finally:
+        caller_rt.close()
+        worker_rt.close()

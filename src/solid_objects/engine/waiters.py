@@ -60,6 +60,11 @@ class Waiters:
         """Another process finished this message: wake its waiter to read the row now."""
         with self._lock:
             future = self._futures.pop(message_id, None)
+            if self._where.get(message_id) == "enqueueing":
+                # It finished elsewhere, so its enqueue committed; the routing that would
+                # say so finds no future any more (popped here): without this the caller
+                # would never read the row.
+                self._where[message_id] = "remote"
         if future is not None and not future.done():
             future.set_result(NUDGE)
 
