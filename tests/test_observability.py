@@ -415,3 +415,40 @@ def test_a_missing_optional_package_says_which_extra_to_install(
         observability.PrometheusMetrics  # noqa: B018
     with pytest.raises(AttributeError):
         observability.Nothing  # noqa: B018
+
+
+def test_trace_context_crosses_processes_with_the_message_and_effect_rows(
+    make_runtime: Callable[..., Runtime],
+    spans: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    """Three runtimes stand for three processes: each has its own tracer state, so the
+    only way a span's parent can reach the next is the ``traceparent`` stored in the row."""
+    provider, exporter = spans
+    caller = make_runtime(workers=0)
+    caller.register(Shop)
+    turns = make_runtime(workers=2)
+    turns.register(Shop)
+    effects = make_runtime(workers=1)
+    effects.effect("notify")(notify)
+    for rt in (caller, turns, effects):
+        observe(rt, OpenTelemetryTracing(tracer_provider=provider))
+    turns.start()
+    effects.start()
+    ref = caller.ref(Shop, "x1")
+    with provider.get_tracer("app").start_as_current_span("POST /orders") as request:
+        assert ref.order() == 1
+    for _ in range(1000):
+        if any(s.name == "solid.turn Shop.sent" for s in exporter.get_finished_spans()):
+            break
+        threading.Event().wait(0.01)
+    found = list(exporter.get_finished_spans())
+    enqueue = _one(found, "solid.enqueue Shop.order")
+    turn = _one(found, "solid.turn Shop.order")
+    effect = _one(found, "solid.effect notify")
+    callback = _one(found, "solid.turn Shop.sent")
+    assert _parent_of(turn) == _id(enqueue)
+    assert _parent_of(effect) == _id(turn)
+    assert _parent_of(callback) == _id(effect)
+    trace_id = request.get_span_context().trace_id
+    for span in (enqueue, turn, effect, callback):
+        assert span.context is not None and span.context.trace_id == trace_id

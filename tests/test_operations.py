@@ -200,6 +200,7 @@ def test_prune_deletes_only_finished_rows_in_batches_and_previews_first(rt: Runt
     admin.pause_actor("Counter", "r")
     live = counter.add.send(n=99)  # queued behind the pause: live work
     later = counter.add.with_options(delay=timedelta(hours=1)).send(n=100)
+    time.sleep(0.01)  # "older than 0": finished strictly before the database's now
 
     preview = admin.prune(timedelta(0), dry_run=True)
     assert preview.rows == {"messages": 7, "effects": 0, "processes": 0}

@@ -84,6 +84,26 @@ def test_effect_runs_after_commit_with_a_stable_id_and_calls_back(
     assert count_rows(rt, "effects", "status = 'done' AND attempts = 3") == 1
 
 
+def test_an_effect_run_where_the_actor_type_is_unknown_calls_back_correctly(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """The runner offers every callback argument (it cannot see the signature); the
+    callback keeps those it declares (``declined`` takes only ``error``)."""
+    card = Card(failures=1)
+    actors = make_runtime(workers=0)
+    actors.register(Payment)
+    runner = make_runtime(workers=0, effect_max_attempts=1)
+    runner.effect("charge_card")(card.handler)
+    ref = actors.ref(Payment, "elsewhere")
+    ref.charge.send(amount=7)
+    actors.testing.drain()
+    runner.testing.drain()  # runs the effect, which dies: the on_failure offer is queued
+    actors.testing.drain()
+    assert ref.snapshot()["state"] == "declined"
+    assert ref.snapshot()["outcome"] == {"error": "provider unavailable"}
+    assert count_rows(actors, "messages", "status = 'dead'") == 0
+
+
 def test_an_effect_exists_only_if_its_turn_committed(
     make_runtime: Callable[..., Runtime],
 ) -> None:

@@ -120,9 +120,18 @@ class Operation:
     ) -> str:
         return encode_json(self.bind(args, kwargs), what=f"arguments of {self.name}()", limit=limit)
 
-    def decode_arguments(self, text: str) -> dict[str, Any]:
-        """Validate stored arguments against the *current* signature (it may have changed)."""
+    def decode_arguments(self, text: str, *, offer: bool = False) -> dict[str, Any]:
+        """Validate stored arguments against the *current* signature (it may have changed).
+
+        ``offer=True`` (an effect's callback) drops the arguments the operation does
+        not declare instead of refusing them.
+        """
         try:
+            if offer:
+                offered = json.loads(text)
+                if isinstance(offered, dict):
+                    kept = {k: v for k, v in offered.items() if k in self.names}
+                    return self.arguments.validate_python(kept)  # type: ignore[no-any-return]
             return self.arguments.validate_json(text)  # type: ignore[no-any-return]
         except ValidationError as exc:
             raise InvalidArguments(f"{self.name}(): {_validation_message(exc)}") from None

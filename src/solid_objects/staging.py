@@ -27,6 +27,21 @@ if TYPE_CHECKING:
 #: Keyword arguments an ``on_success`` / ``on_failure`` operation may declare.
 SUCCESS_ARGUMENTS = frozenset({"effect_id", "arguments", "result"})
 FAILURE_ARGUMENTS = frozenset({"effect_id", "arguments", "error"})
+
+
+def callback_key(effect_id: str, outcome: str) -> str:
+    """The idempotency key of an effect's ``on_success``/``on_failure`` message."""
+    return f"effect:{effect_id}:{outcome}"
+
+
+def is_callback(idempotency_key: str | None) -> bool:
+    """Whether a message is an effect's callback: its arguments are an *offer*.
+
+    The runner offers every callback argument when it cannot see the operation's
+    signature (its process does not register the actor type); the turn keeps only
+    the ones the operation declares.
+    """
+    return idempotency_key is not None and idempotency_key.startswith("effect:")
 _LIMIT = 1 << 20
 
 

@@ -184,6 +184,9 @@ class Client:
             and self.pool.holds_identity(definition.actor_type, actor_id)
         )
 
+        observed = self.pool.instrument.enqueue(definition.actor_type, operation.name, message_id)
+        traceparent = self.pool.instrument.traceparent(message_id)
+
         def body(tx: Tx) -> Enqueued:
             if held:  # the warm path: no claim to consider, two statements
                 message = self.store.enqueue_to_held(
@@ -193,6 +196,7 @@ class Client:
                     actor_id=actor_id,
                     operation=operation.name,
                     arguments=arguments,
+                    traceparent=traceparent,
                 )
                 if message is not None:
                     faults.point("enqueue.body")
@@ -208,11 +212,11 @@ class Client:
                 delay_ms=int(options.delay * 1000),
                 claim_for=self.pool.owner if claim else None,
                 lease_ms=self.options.lease_ms,
+                traceparent=traceparent,
             )
             faults.point("enqueue.body")
             return enqueued
 
-        observed = self.pool.instrument.enqueue(definition.actor_type, operation.name, message_id)
         future = self.store.transact_future(body, isolated=False)
         future.add_done_callback(observed)
         future.add_done_callback(self._route)

@@ -24,6 +24,7 @@ from ..errors import IdempotencyConflict, Rejected, error_document
 from ..observability.events import Instrumentation, LogEvents, effect_fields
 from ..options import Options
 from ..registry import NamedHandlers, Registry
+from ..staging import callback_key
 from ..store import EffectRow, Enqueued, Store, Tx
 from ..store.store import new_id
 from .turn import run_coroutine
@@ -213,10 +214,11 @@ class EffectRunner:
                         actor_id=effect.actor_id,
                         operation=callback,
                         arguments=self._callback_arguments(effect, callback, result, error),
-                        idempotency_key=f"effect:{effect.id}:{outcome}",
+                        idempotency_key=callback_key(effect.id, outcome),
                         delay_ms=0,
                         claim_for=None,
                         lease_ms=0,
+                        traceparent=self.instrument.traceparent(callback_key(effect.id, outcome)),
                     )
                 ]
             except IdempotencyConflict:

@@ -18,7 +18,7 @@ from ..codec import canonical_json
 from ..definition import ActorDefinition
 from ..errors import DETERMINISTIC, Rejected, UnknownOperation, error_document
 from ..observability.events import log_fields
-from ..staging import Staged, turn_scope
+from ..staging import Staged, is_callback, turn_scope
 from ..store import MessageRow
 from ..store.store import new_id
 
@@ -88,7 +88,9 @@ def execute(
         )
     staged = Staged(definition, new_id, action_names)
     try:
-        arguments = operation.decode_arguments(message.arguments)
+        arguments = operation.decode_arguments(
+            message.arguments, offer=is_callback(message.idempotency_key)
+        )
         with turn_scope(staged):
             value = operation.function(instance, **arguments)
             if inspect.isawaitable(value):

@@ -535,6 +535,9 @@ class WorkerPool:
             read_next=read,
             staged=staged,
             notify_done=not self.waiters.has(message.id),
+            traceparent=None
+            if staged is None
+            else self.instrument.traceparent(f"turn:{message.id}"),
         )
         if savepoint is None or staged is None:
             return committed

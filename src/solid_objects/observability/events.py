@@ -97,6 +97,15 @@ class Instrumentation:
         future once it committed (its result is an ``Enqueued``) or failed."""
         return _ignore
 
+    def traceparent(self, key: str) -> str | None:
+        """The W3C trace context to store with the row created for ``key``, or None.
+
+        Keys: a message id (a caller's enqueue), ``turn:<message id>`` (the effects and
+        messages a turn stages), ``effect:<effect id>:<success|failure>`` (a callback).
+        Stored with the row, it lets another process continue the trace.
+        """
+        return None
+
     def turn_started(self, message: MessageRow, attempt: int) -> None:
         """A worker thread is about to run ``message`` (its ``attempt``-th start)."""
 
@@ -282,6 +291,17 @@ class Fanout(Instrumentation):
                     _instrument_log.exception("instrumentation callback %r failed", callback)
 
         return done
+
+    def traceparent(self, key: str) -> str | None:
+        for part in self.parts:
+            try:
+                found = part.traceparent(key)
+            except Exception:
+                _instrument_log.exception("instrumentation %r failed in traceparent", part)
+                continue
+            if found is not None:
+                return found
+        return None
 
     def turn_started(self, message: MessageRow, attempt: int) -> None:
         self._each("turn_started", message, attempt)

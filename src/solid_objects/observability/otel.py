@@ -8,11 +8,11 @@ Spans: ``solid.enqueue <Type>.<operation>`` (in the caller's trace),
 Trace context follows the work: a turn is a child of the span that enqueued
 its message (the caller's enqueue, the sending actor's turn, the effect whose
 callback it is, the reminder firing), and an effect is a child of the turn
-that emitted it. The link is kept in this process only, in a bounded map from
-message or effect id to span context: a message run by another process
-starts a new trace there. Carrying it across processes needs the W3C
-``traceparent`` (:meth:`OpenTelemetryTracing.traceparent`) stored with the
-message and effect rows, in columns the schema does not have yet.
+that emitted it. Within a process the link is a bounded map from message or
+effect id to span context; across processes it is the W3C ``traceparent``
+(:meth:`OpenTelemetryTracing.traceparent`) the engine stores with each
+message and effect row, so a turn run by another worker process continues the
+caller's trace. Reminder firings start a new trace.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ class OpenTelemetryTracing(Instrumentation):
             stale.end()
         span = self.tracer.start_span(
             f"solid.turn {message.actor_type}.{message.operation}",
-            context=_parent(self._origin(message)),
+            context=_parent(self._origin(message), message.traceparent),
             kind=SpanKind.CONSUMER,
             attributes={
                 "solid.actor_type": message.actor_type,
@@ -159,6 +159,7 @@ class OpenTelemetryTracing(Instrumentation):
             },
         )
         turns[(message.id, attempt)] = span
+        self._links.put(f"turn:{message.id}", span.get_span_context())
         self._local.attached = otel_context.attach(trace.set_span_in_context(span))
 
     def _origin(self, message: MessageRow) -> SpanContext | None:
@@ -222,7 +223,7 @@ class OpenTelemetryTracing(Instrumentation):
             stale.end()
         span = self.tracer.start_span(
             f"solid.effect {effect.name}",
-            context=_parent(self._links.get(effect.id)),
+            context=_parent(self._links.get(effect.id), effect.traceparent),
             attributes={
                 "solid.effect": effect.name,
                 "solid.effect_id": effect.id,

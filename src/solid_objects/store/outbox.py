@@ -33,6 +33,8 @@ class EffectRow:
     on_success: str | None
     on_failure: str | None
     attempts: int
+    #: W3C trace context of the turn that emitted it (tracing carried across processes).
+    traceparent: str | None = None
 
 
 @dataclass(slots=True)
@@ -51,7 +53,7 @@ class ReminderRow:
 
 _EFFECT_COLS = (
     "id, actor_pk, actor_type, actor_id, source_message_id, name, arguments, on_success, "
-    "on_failure, attempts"
+    "on_failure, attempts, traceparent"
 )
 _REMINDER_COLS = (
     "actor_pk, actor_type, actor_id, operation, rkey, arguments, due_at, every_ms, missed, version"
@@ -81,18 +83,20 @@ class OutboxStatements:
         source_message_id: str,
         staged: Staged,
         new_id: Callable[[], str],
+        traceparent: str | None = None,
     ) -> list[MessageRow]:
         """Insert effects, apply reminder changes in order, enqueue outbound messages.
 
         Outbound messages go in as ``scheduled`` (``enqueue_later``): this commit holds
-        the sender's row lock and must not wait for the target's.
+        the sender's row lock and must not wait for the target's. ``traceparent`` (the
+        turn's trace context) goes with each effect and message.
         """
         for effect in staged.effects:
             tx.run(
                 "INSERT INTO {effects} (id, actor_pk, actor_type, actor_id, source_message_id, "
                 "name, arguments, on_success, on_failure, status, attempts, available_at, "
-                "created_at) VALUES (:id, :pk, :t, :i, :src, :name, :args, :ok, :ko, 'pending', "
-                "0, {now}, {now})",
+                "created_at, traceparent) VALUES (:id, :pk, :t, :i, :src, :name, :args, :ok, "
+                ":ko, 'pending', 0, {now}, {now}, :tp)",
                 {
                     "id": effect.id,
                     "pk": actor_pk,
@@ -103,6 +107,7 @@ class OutboxStatements:
                     "args": effect.arguments,
                     "ok": effect.on_success,
                     "ko": effect.on_failure,
+                    "tp": traceparent,
                 },
             )
         for change in staged.reminders:
@@ -149,6 +154,7 @@ class OutboxStatements:
                 arguments=m.arguments,
                 idempotency_key=m.idempotency_key,
                 delay_ms=m.delay_ms,
+                traceparent=traceparent,
             )
             for m in staged.messages
         ]
@@ -167,7 +173,7 @@ class OutboxStatements:
             {**params, "limit": limit},
         )
         return [
-            EffectRow(r[0], int(r[1]), r[2], r[3], r[4], r[5], r[6], r[7], r[8], int(r[9]))
+            EffectRow(r[0], int(r[1]), r[2], r[3], r[4], r[5], r[6], r[7], r[8], int(r[9]), r[10])
             for r in rows
         ]
 

@@ -101,6 +101,8 @@ def build_metadata(prefix: str) -> MetaData:
         Column("error", _big_text(), nullable=True),
         Column("created_at", BigInteger, nullable=False),
         Column("completed_at", BigInteger, nullable=True),
+        # W3C trace context of the sender's span (schema 4): tracing across processes.
+        Column("traceparent", String(55), nullable=True),
         UniqueConstraint("actor_pk", "seq", name=f"{prefix}messages_mailbox"),
         # Partial where the database supports it, so the common message (no key,
         # never delayed, never dead) writes no entry into these indexes.
@@ -152,6 +154,7 @@ def build_metadata(prefix: str) -> MetaData:
         Column("error", _big_text(), nullable=True),
         Column("created_at", BigInteger, nullable=False),
         Column("completed_at", BigInteger, nullable=True),
+        Column("traceparent", String(55), nullable=True),
         Index(f"{prefix}effects_actor", "actor_pk"),
         Index(
             f"{prefix}effects_due",
@@ -228,16 +231,21 @@ def _migrate_to_3(conn: Connection, md: MetaData) -> None:
 
 
 def _migrate_to_4(conn: Connection, md: MetaData) -> None:
-    """Operations: the process registry, pausable reminders, effects by actor."""
+    """Operations: the process registry, pausable reminders, effects by actor, and the
+    trace context of messages and effects."""
     from sqlalchemy import inspect
 
     prefix = md.info["prefix"]
     _create(conn, md, "processes")
-    columns = {c["name"] for c in inspect(conn).get_columns(f"{prefix}reminders")}
-    if "paused" not in columns:
-        conn.execute(
-            text(f"ALTER TABLE {prefix}reminders ADD COLUMN paused INTEGER NOT NULL DEFAULT 0")
-        )
+    added = {
+        "reminders": ("paused", "INTEGER NOT NULL DEFAULT 0"),
+        "messages": ("traceparent", "VARCHAR(55) NULL"),
+        "effects": ("traceparent", "VARCHAR(55) NULL"),
+    }
+    for table, (column, definition) in added.items():
+        columns = {c["name"] for c in inspect(conn).get_columns(f"{prefix}{table}")}
+        if column not in columns:
+            conn.execute(text(f"ALTER TABLE {prefix}{table} ADD COLUMN {column} {definition}"))
     for index in md.tables[f"{prefix}effects"].indexes:
         if index.name == f"{prefix}effects_actor":
             index.create(conn, checkfirst=True)

@@ -86,6 +86,8 @@ class MessageRow:
     result: str | None
     error: str | None
     available_at: int
+    #: W3C trace context of the span that sent it (tracing carried across processes).
+    traceparent: str | None = None
 
 
 @dataclass(slots=True)
@@ -142,12 +144,12 @@ class ActorStatus:
 
 _MSG_COLS = (
     "id, actor_pk, actor_type, actor_id, seq, operation, arguments, idempotency_key, "
-    "status, attempts, result, error, available_at"
+    "status, attempts, result, error, available_at, traceparent"
 )
 
 
 def _message(row: Sequence[Any], offset: int = 0) -> MessageRow:
-    r = tuple(row)[offset : offset + 13]
+    r = tuple(row)[offset : offset + 14]
     return MessageRow(
         id=r[0],
         actor_pk=int(r[1]),
@@ -162,6 +164,7 @@ def _message(row: Sequence[Any], offset: int = 0) -> MessageRow:
         result=r[10],
         error=r[11],
         available_at=int(r[12]),
+        traceparent=r[13],
     )
 
 
@@ -187,6 +190,7 @@ def _scheduled(
     arguments: str,
     idempotency_key: str | None,
     available_at: int,
+    traceparent: str | None = None,
 ) -> MessageRow:
     """A new message, not yet in the ordered mailbox (no sequence number)."""
     return MessageRow(
@@ -203,6 +207,7 @@ def _scheduled(
         result=None,
         error=None,
         available_at=available_at,
+        traceparent=traceparent,
     )
 
 
@@ -402,6 +407,7 @@ class Store(
         actor_id: str,
         operation: str,
         arguments: str,
+        traceparent: str | None = None,
     ) -> MessageRow | None:
         """Append to the mailbox of an actor this process already holds: two statements.
 
@@ -417,7 +423,9 @@ class Store(
         if row is None:
             return None
         pk, seq, now = int(row[0]), int(row[1]), int(row[2])
-        message = _scheduled(message_id, pk, actor_type, actor_id, operation, arguments, None, now)
+        message = _scheduled(
+            message_id, pk, actor_type, actor_id, operation, arguments, None, now, traceparent
+        )
         message.seq, message.status = seq, "queued"
         self._insert_message(tx, message, now)
         return message
@@ -433,6 +441,7 @@ class Store(
         arguments: str,
         idempotency_key: str | None,
         delay_ms: int,
+        traceparent: str | None = None,
     ) -> MessageRow:
         """Insert a message that enters its mailbox when :meth:`promote` moves it there.
 
@@ -460,6 +469,7 @@ class Store(
             arguments,
             idempotency_key,
             now + max(delay_ms, 0),
+            traceparent,
         )
         self._insert_message(tx, message, now)
         return message
@@ -501,6 +511,7 @@ class Store(
         delay_ms: int,
         claim_for: str | None,
         lease_ms: int,
+        traceparent: str | None = None,
     ) -> Enqueued:
         """Append a message to an actor's mailbox (creating the actor row if needed).
 
@@ -531,6 +542,7 @@ class Store(
             arguments,
             idempotency_key,
             now + max(delay_ms, 0),
+            traceparent,
         )
         lease: Lease | None = None
         if delay_ms <= 0:
@@ -569,8 +581,8 @@ class Store(
     def _insert_message(self, tx: Tx, m: MessageRow, now: int) -> None:
         tx.run(
             "INSERT INTO {messages} (id, actor_pk, actor_type, actor_id, seq, operation, "
-            "arguments, idempotency_key, status, available_at, attempts, created_at) "
-            "VALUES (:id, :pk, :t, :i, :seq, :op, :args, :key, :status, :avail, 0, :now)",
+            "arguments, idempotency_key, status, available_at, attempts, created_at, traceparent) "
+            "VALUES (:id, :pk, :t, :i, :seq, :op, :args, :key, :status, :avail, 0, :now, :tp)",
             {
                 "id": m.id,
                 "pk": m.actor_pk,
@@ -583,6 +595,7 @@ class Store(
                 "status": m.status,
                 "avail": m.available_at,
                 "now": now,
+                "tp": m.traceparent,
             },
         )
 
@@ -738,6 +751,7 @@ class Store(
         read_next: bool = True,
         staged: Staged | None = None,
         notify_done: bool = False,
+        traceparent: str | None = None,
     ) -> Committed:
         """Commit the head message's outcome, fenced; return the next head, if any.
 
@@ -788,6 +802,7 @@ class Store(
                 source_message_id=message.id,
                 staged=staged,
                 new_id=new_id,
+                traceparent=traceparent,
             )
             if staged
             else []
