@@ -541,3 +541,21 @@ def test_dead_effect_listed_retried_with_attempts_reset_and_the_same_id(
     with pytest.raises(NotFound):
         ops.retry_effects(["f" * 32])
     assert count_rows(rt, "audit", "action = 'effects.retry'") == 2
+
+
+@pytest.mark.parametrize("bad", ["\udcff", "bad\x00", ""])
+def test_listing_filters_are_checked_like_ids(
+    make_admin_runtime: Callable[..., Runtime], bad: str
+) -> None:
+    ops = ops_of(make_admin_runtime(workers=0))
+    for call in (
+        lambda: ops.list_dead_letters(actor_type=bad),
+        lambda: ops.list_dead_letters(actor_id=bad),
+        lambda: ops.list_dead_letters(operation=bad),
+        lambda: ops.list_effects(actor_type=bad),
+        lambda: ops.list_effects(name=bad),
+        lambda: ops.audit_log(target_id=bad),
+        lambda: ops.audit_log(principal=bad),
+    ):
+        with pytest.raises(InvalidArguments):
+            call()

@@ -14,6 +14,7 @@ from ..store.store import new_id
 from .base import (
     _BATCH,
     AdminBase,
+    _check_filters,
     _check_ids,
     _check_limit,
     _check_reason,
@@ -90,6 +91,7 @@ class Administration(Maintenance, AdminBase):
         """
         if state not in ("open", "retried", "discarded", "all"):
             raise InvalidArguments(f"state must be open, retried, discarded or all, not {state!r}")
+        _check_filters(actor_type=actor_type, actor_id=actor_id, operation=operation)
         _check_limit(limit)
         after = _decode_cursor(cursor, "dead_letters")
         self._authorize(
@@ -364,6 +366,7 @@ class Administration(Maintenance, AdminBase):
         """Effects of one status (``dead`` by default), newest first."""
         if status not in ("pending", "running", "done", "dead"):
             raise InvalidArguments(f"status must be pending, running, done or dead, not {status!r}")
+        _check_filters(actor_type=actor_type, effect_name=name)
         _check_limit(limit)
         after = _decode_cursor(cursor, "effects")
         self._authorize("effects.list", status=status, actor_type=actor_type, name=name)
@@ -449,6 +452,7 @@ class Administration(Maintenance, AdminBase):
         cursor: str | None = None,
     ) -> Page[AuditEntry]:
         """Audit records of changes made through this API, newest first."""
+        _check_filters(target_id=target_id, principal=principal)
         _check_limit(limit)
         after = _decode_cursor(cursor, "audit")
         self._authorize("audit.list", target_id=target_id, principal=principal)

@@ -79,6 +79,13 @@ def _check_ids(ids: Sequence[str] | str, what: str) -> list[str]:
     return unique
 
 
+def _check_filters(**filters: str | None) -> None:
+    """Listing filters are identifiers too: a bad one is ``InvalidArguments``, not a crash."""
+    for what, value in filters.items():
+        if value is not None:
+            check_identifier(value, what=what.replace("_", " "))
+
+
 def _check_reason(reason: str | None) -> str | None:
     if reason is not None and (not isinstance(reason, str) or len(reason) > _MAX_REASON):
         raise InvalidArguments(f"reason must be a str of at most {_MAX_REASON} characters")
