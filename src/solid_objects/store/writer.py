@@ -34,6 +34,10 @@ _Job = tuple[Callable[[Tx], Any], Future[Any], bool]
 _MAX_BATCH = 256
 
 
+class _WroteThenRaised(Exception):
+    """A body submitted with ``isolated=False`` raised after writing: undo the batch."""
+
+
 class GroupWriter:
     def __init__(self, engine: Engine, render: Callable[[str], str], begin_sql: str) -> None:
         self._engine = engine
@@ -96,7 +100,11 @@ class GroupWriter:
                         raw = self._engine.raw_connection()
                     except Exception as exc:
                         raise DatabaseError(f"cannot connect: {exc}", exc, disconnect=True) from exc
-                self._run_batch(raw, batch)
+                try:
+                    self._run_batch(raw, batch)
+                except _WroteThenRaised:
+                    # Rolled back: run the batch again with every body in a savepoint.
+                    self._run_batch(raw, batch, isolate_all=True)
             except BaseException as exc:  # the commit itself failed: nothing is durable
                 log.warning("group commit of %d transactions failed: %r", len(batch), exc)
                 if isinstance(exc, self._engine.dialect.loaded_dbapi.Error):
@@ -113,7 +121,7 @@ class GroupWriter:
         if raw is not None:
             raw.close()
 
-    def _run_batch(self, raw: Any, batch: list[_Job]) -> None:
+    def _run_batch(self, raw: Any, batch: list[_Job], *, isolate_all: bool = False) -> None:
         driver = raw.driver_connection
         cursor = raw.cursor()
         tx = Tx(cursor, self._render, raw)
@@ -121,14 +129,18 @@ class GroupWriter:
         driver.execute(self._begin_sql)
         try:
             for body, _, isolated in batch:
-                if not isolated:
+                if not (isolated or isolate_all):
                     # The body promises to raise only before writing anything; a
-                    # driver error, which may come mid-way, fails the whole batch.
+                    # driver error, which may come mid-way, fails the whole batch, and
+                    # a body that broke its promise makes the batch run again isolated.
+                    changes = driver.total_changes
                     try:
                         outcomes.append((True, body(tx)))
                     except self._engine.dialect.loaded_dbapi.Error:
                         raise
                     except Exception as exc:
+                        if driver.total_changes != changes:
+                            raise _WroteThenRaised() from exc
                         outcomes.append((False, exc))
                     continue
                 driver.execute("SAVEPOINT solid_job")
