@@ -73,6 +73,8 @@ class WorkerPool:
         self.running = False
         #: Idle activations put back on the run queue by :meth:`signal` (for the poller).
         self.woken = 0
+        #: Commits that failed in a row: the backoff after a failed commit grows with it.
+        self._commit_failures = 0
         self.effects = EffectRunner(store, registry, effects, options, owner, self.route)
         self.instrument: Instrumentation = self.effects.instrument  # see observability
         self.presence = Presence(store, options, owner, registry)
@@ -496,7 +498,11 @@ class WorkerPool:
             for act, _, _ in pending:
                 self._drop(act, release=True)
             self.instrument.committed(pending, None, started)
+            # The database refuses writes (full disk, failover): back off, do not spin.
+            self._commit_failures += 1
+            time.sleep(min(0.01 * 2 ** min(self._commit_failures, 7), 1.0))
             return [None] * len(pending)
+        self._commit_failures = 0
         faults.point("commit.committed")
         self.instrument.committed(pending, results, started)
         for (act, _, _), committed in zip(pending, results, strict=True):
