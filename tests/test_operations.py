@@ -374,3 +374,13 @@ def test_retention_options_are_checked(make_runtime: Callable[..., Runtime]) -> 
         make_runtime(retention=-1)
     with pytest.raises(ConfigurationError, match="retention_interval"):
         make_runtime(retention_interval=0)
+
+
+def test_the_doctor_says_when_the_redis_wake_up_path_is_down(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    rt = make_runtime(workers=0, wakeup_url="redis://127.0.0.1:1/0")  # nothing listens there
+    report = rt.doctor(round_trip=False, app="myapp:runtime")
+    (wakeup,) = [c for c in report.checks if c.name == "wake-up"]
+    assert wakeup.status == "warn" and "does not answer" in wakeup.detail
+    assert report.ok  # a warning: polling still carries every call

@@ -278,6 +278,21 @@ def _wakeup(runtime: Runtime, checks: list[Check]) -> None:
         )
         return
     kind = type(listener).__name__
+    ping = getattr(listener, "ping", None)
+    if ping is not None:
+        try:
+            ping()
+        except Exception as exc:
+            checks.append(
+                Check(
+                    "wake-up",
+                    "warn",
+                    f"{kind}: {runtime.options.wakeup_url} does not answer: {exc}",
+                    f"nothing is lost, but cross-process calls wait for polling (up to "
+                    f"{poll:g}s): check the Redis server and wakeup_url",
+                )
+            )
+            return
     checks.append(Check("wake-up", "ok", f"{kind}, with polling every {poll:g}s as fallback"))
 
 

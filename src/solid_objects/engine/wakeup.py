@@ -191,6 +191,14 @@ class RedisWakeup:
         self._ensure_publisher()
         self._outbox.put(payload)
 
+    def ping(self) -> None:
+        """Raise unless the Redis server answers now (for the doctor)."""
+        client = self._client()
+        try:
+            client.ping()
+        finally:
+            client.close()
+
     def _client(self, **options: Any) -> Any:
         from redis.backoff import NoBackoff
         from redis.retry import Retry
