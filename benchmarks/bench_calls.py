@@ -99,16 +99,30 @@ class Sample:
     cpu_s: float = 0.0
 
     def __add__(self, other: Sample) -> Sample:
-        statements = (None if self.statements is None or other.statements is None
-                      else self.statements + other.statements)
-        return Sample(self.write_tx + other.write_tx, self.commits + other.commits,
-                      statements, self.cpu_s + other.cpu_s)
+        statements = (
+            None
+            if self.statements is None or other.statements is None
+            else self.statements + other.statements
+        )
+        return Sample(
+            self.write_tx + other.write_tx,
+            self.commits + other.commits,
+            statements,
+            self.cpu_s + other.cpu_s,
+        )
 
     def __sub__(self, other: Sample) -> Sample:
-        statements = (None if self.statements is None or other.statements is None
-                      else self.statements - other.statements)
-        return Sample(self.write_tx - other.write_tx, self.commits - other.commits,
-                      statements, self.cpu_s - other.cpu_s)
+        statements = (
+            None
+            if self.statements is None or other.statements is None
+            else self.statements - other.statements
+        )
+        return Sample(
+            self.write_tx - other.write_tx,
+            self.commits - other.commits,
+            statements,
+            self.cpu_s - other.cpu_s,
+        )
 
 
 def process_cpu() -> float:
@@ -226,12 +240,22 @@ def instrument(rt: Runtime, meter: Meter, *, trace_statements: bool) -> None:
 
 
 def new_runtime(
-    url: str, *, workers: int, synchronous: str, trace: bool, call_timeout: float = 60.0,
+    url: str,
+    *,
+    workers: int,
+    synchronous: str,
+    trace: bool,
+    call_timeout: float = 60.0,
     wakeup_url: str | None = None,
 ) -> tuple[Runtime, Meter]:
     """A runtime for the benchmark actor, instrumented by a fresh :class:`Meter`."""
-    rt = Runtime(url, workers=workers, sqlite_synchronous=synchronous,
-                 call_timeout=call_timeout, wakeup_url=wakeup_url)
+    rt = Runtime(
+        url,
+        workers=workers,
+        sqlite_synchronous=synchronous,
+        call_timeout=call_timeout,
+        wakeup_url=wakeup_url,
+    )
     meter = Meter()
     instrument(rt, meter, trace_statements=trace)
     rt.register(BenchCounter)
@@ -269,9 +293,14 @@ class Settings:
     wakeup_url: str | None = None
 
     def runtime(self, *, workers: int) -> tuple[Runtime, Meter]:
-        return new_runtime(self.url, workers=workers, synchronous=self.synchronous,
-                           trace=self.trace_statements, call_timeout=self.call_timeout,
-                           wakeup_url=self.wakeup_url)
+        return new_runtime(
+            self.url,
+            workers=workers,
+            synchronous=self.synchronous,
+            trace=self.trace_statements,
+            call_timeout=self.call_timeout,
+            wakeup_url=self.wakeup_url,
+        )
 
 
 @dataclass(frozen=True)
@@ -311,9 +340,13 @@ class Cell:
         return f"{self.shape}/{self.mode}/c{self.concurrency}/{where}"
 
     def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"shape": self.shape, "mode": self.mode,
-                               "concurrency": self.concurrency, "processes": self.processes,
-                               "repetitions": len(self.runs)}
+        out: dict[str, Any] = {
+            "shape": self.shape,
+            "mode": self.mode,
+            "concurrency": self.concurrency,
+            "processes": self.processes,
+            "repetitions": len(self.runs),
+        }
         for name in CellRun.__dataclass_fields__:
             values = [getattr(r, name) for r in self.runs]
             if any(v is None for v in values):
@@ -325,8 +358,9 @@ class Cell:
         rates = [r.ops_per_s for r in self.runs]
         out["ops_per_s_min"] = min(rates)
         out["ops_per_s_max"] = max(rates)
-        out["fraction_of_raw"] = (statistics.median(self.fractions_of_raw)
-                                  if self.fractions_of_raw else None)
+        out["fraction_of_raw"] = (
+            statistics.median(self.fractions_of_raw) if self.fractions_of_raw else None
+        )
         out["runs"] = [asdict(r) for r in self.runs]
         return out
 
@@ -446,10 +480,12 @@ def server_write_counter(url: str) -> Callable[[], int] | None:
     from sqlalchemy.pool import NullPool
 
     engine = sqlalchemy.create_engine(url, poolclass=NullPool)
-    query = ("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
-             if backend == "postgresql"
-             else "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
-                  "WHERE VARIABLE_NAME = 'COM_COMMIT'")
+    query = (
+        "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+        if backend == "postgresql"
+        else "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
+        "WHERE VARIABLE_NAME = 'COM_COMMIT'"
+    )
 
     def read() -> int:
         with engine.connect() as conn:
@@ -471,13 +507,18 @@ def measure_cell(
     prime = {"hot": 1, "warm": settings.identities, "new": 0}[cell.shape]
     untimed: list[BaseException] = []
     if prime:
-        untimed += run_phase(caller, actor_id, min(cell.concurrency, prime), calls=prime,
-                             duration=None).errors
+        untimed += run_phase(
+            caller, actor_id, min(cell.concurrency, prime), calls=prime, duration=None
+        ).errors
     # Warm-up calls in the same shape (fresh identities for "new").
-    warm_ids = (identity_plan("new", namespace + "-warmup", settings.identities)
-                if cell.shape == "new" else actor_id)
-    untimed += run_phase(caller, warm_ids, cell.concurrency, calls=settings.warmup,
-                         duration=None).errors
+    warm_ids = (
+        identity_plan("new", namespace + "-warmup", settings.identities)
+        if cell.shape == "new"
+        else actor_id
+    )
+    untimed += run_phase(
+        caller, warm_ids, cell.concurrency, calls=settings.warmup, duration=None
+    ).errors
 
     marks: list[Sample] = []
     server = server_write_counter(settings.url)
@@ -488,19 +529,29 @@ def measure_cell(
             server_marks.append(server())
         marks.append(sample())
 
-    phase = run_phase(caller, actor_id, cell.concurrency,
-                      calls=None if settings.duration else settings.calls,
-                      duration=settings.duration, limit=settings.max_cell_seconds,
-                      before=before)
+    phase = run_phase(
+        caller,
+        actor_id,
+        cell.concurrency,
+        calls=None if settings.duration else settings.calls,
+        duration=settings.duration,
+        limit=settings.max_cell_seconds,
+        before=before,
+    )
     delta = sample() - marks[0]
     server_delta = None if server is None else server() - server_marks[0]
     if phase.latencies and delta.write_tx == 0:
-        raise RuntimeError("the instrumentation counted no write transaction: the store's "
-                           "internals changed; update instrument() in this script")
+        raise RuntimeError(
+            "the instrumentation counted no write transaction: the store's "
+            "internals changed; update instrument() in this script"
+        )
     failed = untimed + phase.errors
     if failed:
-        print(f"  {cell.key}: {len(failed)} call(s) failed ({len(untimed)} before timing), "
-              f"first: {failed[0]!r}", file=sys.stderr)
+        print(
+            f"  {cell.key}: {len(failed)} call(s) failed ({len(untimed)} before timing), "
+            f"first: {failed[0]!r}",
+            file=sys.stderr,
+        )
     n = len(phase.latencies)
     per = 1 / n if n else math.nan
     lat = phase.latencies
@@ -526,8 +577,9 @@ def run_cell_in_process(settings: Settings, cell: Cell, rep: int) -> CellRun:
     """A fresh runtime with in-process workers; callers are threads of the same process."""
     rt, meter = settings.runtime(workers=settings.workers)
     with rt:
-        return measure_cell(settings, cell, rep, Caller(rt, cell.mode, settings.call_timeout),
-                            meter.sample)
+        return measure_cell(
+            settings, cell, rep, Caller(rt, cell.mode, settings.call_timeout), meter.sample
+        )
 
 
 # --- multi-process topology -----------------------------------------------------------------
@@ -541,16 +593,25 @@ class WorkerFleet:
     """
 
     def __init__(self, settings: Settings, n: int) -> None:
-        command = [sys.executable, str(Path(__file__).resolve()), "--worker-process",
-                   "--url", settings.url, "--workers", str(settings.workers),
-                   "--sqlite-synchronous", settings.synchronous]
+        command = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--worker-process",
+            "--url",
+            settings.url,
+            "--workers",
+            str(settings.workers),
+            "--sqlite-synchronous",
+            settings.synchronous,
+        ]
         if settings.wakeup_url:
             command += ["--wakeup-url", settings.wakeup_url]
         if not settings.trace_statements:
             command.append("--no-trace")
         self.procs = [
-            subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                             bufsize=1)
+            subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+            )
             for _ in range(n)
         ]
         for p in self.procs:
@@ -597,18 +658,24 @@ def run_cell_processes(settings: Settings, cell: Cell, rep: int) -> CellRun:
     try:
         rt, meter = settings.runtime(workers=0)
         with rt:
-            return measure_cell(settings, cell, rep,
-                                Caller(rt, cell.mode, settings.call_timeout),
-                                lambda: meter.sample() + fleet.sample())
+            return measure_cell(
+                settings,
+                cell,
+                rep,
+                Caller(rt, cell.mode, settings.call_timeout),
+                lambda: meter.sample() + fleet.sample(),
+            )
     finally:
         fleet.close()
 
 
-def worker_process_main(url: str, workers: int, synchronous: str, trace: bool,
-                        wakeup_url: str | None = None) -> int:
+def worker_process_main(
+    url: str, workers: int, synchronous: str, trace: bool, wakeup_url: str | None = None
+) -> int:
     """Body of a ``--worker-process``: run workers; answer ``stats``; stop on ``quit``/EOF."""
-    rt, meter = new_runtime(url, workers=workers, synchronous=synchronous, trace=trace,
-                            wakeup_url=wakeup_url)
+    rt, meter = new_runtime(
+        url, workers=workers, synchronous=synchronous, trace=trace, wakeup_url=wakeup_url
+    )
     with rt:
         print("ready", flush=True)
         for line in sys.stdin:
@@ -639,9 +706,13 @@ def measure_idle(settings: Settings, cached: int, when: str) -> IdleRun:
     actors = count_actors(rt)
     with rt:
         if cached:
-            run_phase(Caller(rt, "call", settings.call_timeout),
-                      identity_plan("warm", f"idle-{cached}-{time.time_ns()}", cached),
-                      min(cached, 16), calls=cached, duration=None)
+            run_phase(
+                Caller(rt, "call", settings.call_timeout),
+                identity_plan("warm", f"idle-{cached}-{time.time_ns()}", cached),
+                min(cached, 16),
+                calls=cached,
+                duration=None,
+            )
         time.sleep(settings.idle_settle)
         before, t0 = meter.sample(), time.perf_counter()
         time.sleep(settings.idle_seconds)
@@ -670,8 +741,13 @@ def sqlite_path(url: str) -> Path | None:
 
 def _git(*args: str) -> str | None:
     try:
-        out = subprocess.run(["git", *args], capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parent, timeout=5)
+        out = subprocess.run(
+            ["git", *args],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parent,
+            timeout=5,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -689,7 +765,8 @@ def machine() -> dict[str, Any]:
         "solid_objects": getattr(solid_objects, "__version__", None),
         "git_commit": _git("rev-parse", "--short", "HEAD"),
         # Uncommitted changes to the library: the numbers are of the working tree.
-        "git_src_dirty": None if (st := _git("status", "--porcelain", "--", "src")) is None
+        "git_src_dirty": None
+        if (st := _git("status", "--porcelain", "--", "src")) is None
         else bool(st),
         "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
     }
@@ -701,8 +778,9 @@ def machine() -> dict[str, Any]:
 JS_ANCHOR = {"sqlite": 57.0, "postgresql": 39.0}
 
 
-def evaluate_targets(cells: list[dict[str, Any]], backend: str = "sqlite",
-                     dbos: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def evaluate_targets(
+    cells: list[dict[str, Any]], backend: str = "sqlite", dbos: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """The issue's targets at 100 warm identities, concurrency 16, sync calls, one process.
 
     A target whose reference is absent from the run (no DBOS run, no JS figure for
@@ -712,7 +790,11 @@ def evaluate_targets(cells: list[dict[str, Any]], backend: str = "sqlite",
     def find(shape: str, mode: str, concurrency: int) -> dict[str, Any] | None:
         for c in cells:
             if (c["shape"], c["mode"], c["concurrency"], c["processes"]) == (
-                    shape, mode, concurrency, 0):
+                shape,
+                mode,
+                concurrency,
+                0,
+            ):
                 return c
         return None
 
@@ -724,34 +806,54 @@ def evaluate_targets(cells: list[dict[str, Any]], backend: str = "sqlite",
         targets.append({"target": target, "measured": measured, "unit": unit, "met": met})
 
     fraction = None if warm16 is None else warm16["fraction_of_raw"]
-    add(">= 50% of the raw single-transaction commit rate (same run)", fraction,
+    add(
+        ">= 50% of the raw single-transaction commit rate (same run)",
+        fraction,
         "fraction of raw commits/s (warm/call/c16)",
-        None if fraction is None else fraction >= 0.5)
+        None if fraction is None else fraction >= 0.5,
+    )
     p99 = None if warm16 is None else warm16["p99_ms"]
     add("p99 < 50 ms", p99, "ms p99 (warm/call/c16)", None if p99 is None else p99 < 50)
     js = JS_ANCHOR.get(backend)
     js_ratio = None if ops is None or js is None else ops / js
-    add(">= 20x the JS reference", js_ratio,
-        f"x the JS reference's {js} calls/s (warm/call/c16)" if js else
-        "x the JS reference (it has no figure for this database)",
-        None if js_ratio is None else js_ratio >= 20)
-    dbos_cell = None if dbos is None else next(
-        (c for c in dbos["cells"] if (c["shape"], c["concurrency"]) == ("warm", 16)), None)
-    dbos_ratio = (None if ops is None or dbos_cell is None or not dbos_cell["ops_per_s"]
-                  else ops / dbos_cell["ops_per_s"])
-    add(">= 10x DBOS (same run)", dbos_ratio,
+    add(
+        ">= 20x the JS reference",
+        js_ratio,
+        f"x the JS reference's {js} calls/s (warm/call/c16)"
+        if js
+        else "x the JS reference (it has no figure for this database)",
+        None if js_ratio is None else js_ratio >= 20,
+    )
+    dbos_cell = (
+        None
+        if dbos is None
+        else next(
+            (c for c in dbos["cells"] if (c["shape"], c["concurrency"]) == ("warm", 16)), None
+        )
+    )
+    dbos_ratio = (
+        None
+        if ops is None or dbos_cell is None or not dbos_cell["ops_per_s"]
+        else ops / dbos_cell["ops_per_s"]
+    )
+    add(
+        ">= 10x DBOS (same run)",
+        dbos_ratio,
         "x DBOS workflows/s (warm/c16)" if dbos_cell else "x DBOS (not run on this database)",
-        None if dbos_ratio is None else dbos_ratio >= 10)
+        None if dbos_ratio is None else dbos_ratio >= 10,
+    )
     in_process = [c for c in cells if c["processes"] == 0]
     worst = max(in_process, key=lambda c: c["write_tx_per_call"], default=None)
-    add("at most 2 write transactions per call from a process running workers",
+    add(
+        "at most 2 write transactions per call from a process running workers",
         None if worst is None else worst["write_tx_per_call"],
         "logical write transactions per call (worst in-process cell: "
-        + ("-" if worst is None else f"{worst['shape']}/{worst['mode']}/"
-           f"c{worst['concurrency']}") + ")",
+        + ("-" if worst is None else f"{worst['shape']}/{worst['mode']}/c{worst['concurrency']}")
+        + ")",
         # Judged at two decimals: background maintenance (a lease renewal every
         # lease_duration/3) amortized over thousands of calls is not the call path.
-        None if worst is None else round(worst["write_tx_per_call"], 2) <= 2.0)
+        None if worst is None else round(worst["write_tx_per_call"], 2) <= 2.0,
+    )
     return targets
 
 
@@ -777,23 +879,39 @@ def run_dbos(settings: Settings, backend: str) -> dict[str, Any] | None:
     rest are reported with ``stalled`` true and no numbers.
     """
     if backend not in ("sqlite", "postgresql"):
-        print(f"dbos: skipped on {backend} (DBOS supports SQLite and PostgreSQL only)",
-              file=sys.stderr)
+        print(
+            f"dbos: skipped on {backend} (DBOS supports SQLite and PostgreSQL only)",
+            file=sys.stderr,
+        )
         return None
     work = Path(tempfile.mkdtemp(prefix="solid-bench-dbos-"))
     out = work / "dbos.json"
     db_name = f"bench_dbos_{os.getpid()}_{time.time_ns() % 10**9}"
     server = None if backend == "sqlite" else make_url(settings.url).set(query={})
-    command = [str(settings.dbos_python), str(Path(__file__).resolve().parent / "bench_dbos.py"),
-               "--url", "sqlite" if server is None else
-               server.render_as_string(hide_password=False),
-               "--shapes", ",".join(settings.shapes),
-               "--concurrency", ",".join(map(str, settings.concurrency)),
-               "--warmup", str(settings.warmup), "--identities", str(settings.identities),
-               "--json", str(out), "--workdir", str(work), "--db-name", db_name]
+    command = [
+        str(settings.dbos_python),
+        str(Path(__file__).resolve().parent / "bench_dbos.py"),
+        "--url",
+        "sqlite" if server is None else server.render_as_string(hide_password=False),
+        "--shapes",
+        ",".join(settings.shapes),
+        "--concurrency",
+        ",".join(map(str, settings.concurrency)),
+        "--warmup",
+        str(settings.warmup),
+        "--identities",
+        str(settings.identities),
+        "--json",
+        str(out),
+        "--workdir",
+        str(work),
+        "--db-name",
+        db_name,
+    ]
     calls = settings.dbos_calls or settings.calls
-    command += (["--duration", str(settings.duration)] if settings.duration
-                else ["--calls", str(calls)])
+    command += (
+        ["--duration", str(settings.duration)] if settings.duration else ["--calls", str(calls)]
+    )
     budget = 60 + (settings.duration or calls / 20) + settings.warmup / 10
     print(f"dbos: {' '.join(command[1:])}", file=sys.stderr)
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL)
@@ -805,8 +923,10 @@ def run_dbos(settings: Settings, backend: str) -> dict[str, Any] | None:
             if cells > done_cells:
                 done_cells, last_progress = cells, time.monotonic()
             elif time.monotonic() - last_progress > budget:
-                print(f"dbos: no cell finished in {budget:.0f} s: killing the DBOS run",
-                      file=sys.stderr)
+                print(
+                    f"dbos: no cell finished in {budget:.0f} s: killing the DBOS run",
+                    file=sys.stderr,
+                )
                 stalled = True
                 proc.kill()
                 proc.wait()
@@ -825,41 +945,63 @@ def run_dbos(settings: Settings, backend: str) -> dict[str, Any] | None:
     for conc in settings.concurrency:
         for shape in settings.shapes:
             if (shape, conc) not in finished:
-                result["cells"].append({"shape": shape, "concurrency": conc, "stalled": True,
-                                        "calls": 0, "errors": 0, "ops_per_s": None,
-                                        "p50_ms": None, "p95_ms": None, "p99_ms": None,
-                                        "commits_per_call": None, "cpu_s_per_call": None})
+                result["cells"].append(
+                    {
+                        "shape": shape,
+                        "concurrency": conc,
+                        "stalled": True,
+                        "calls": 0,
+                        "errors": 0,
+                        "ops_per_s": None,
+                        "p50_ms": None,
+                        "p95_ms": None,
+                        "p99_ms": None,
+                        "commits_per_call": None,
+                        "cpu_s_per_call": None,
+                    }
+                )
     return result
 
 
 def fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \
+    return (
+        "-"
+        if value is None or (isinstance(value, float) and math.isnan(value))
         else format(value, spec)
+    )
 
 
 def print_cells(cells: list[dict[str, Any]], raw: dict[int, dict[str, Any]]) -> None:
-    header = (f"{'shape':<5} {'mode':<4} {'conc':>4} {'proc':>4} {'ops/s':>7} {'(min-max)':>13} "
-              f"{'p50':>6} {'p95':>6} {'p99':>7} {'wtx':>5} {'commit':>6} {'srv':>5} {'stmt':>5} "
-              f"{'cpu ms':>6} {'raw/s':>7} {'of raw':>6}")
+    header = (
+        f"{'shape':<5} {'mode':<4} {'conc':>4} {'proc':>4} {'ops/s':>7} {'(min-max)':>13} "
+        f"{'p50':>6} {'p95':>6} {'p99':>7} {'wtx':>5} {'commit':>6} {'srv':>5} {'stmt':>5} "
+        f"{'cpu ms':>6} {'raw/s':>7} {'of raw':>6}"
+    )
     print()
-    print("latency in ms; wtx = logical write transactions per call; commit = database "
-          "commits per call;")
-    print("srv = write transactions per call counted by the server (server-wide); "
-          "stmt = SQL statements per call;")
+    print(
+        "latency in ms; wtx = logical write transactions per call; commit = database "
+        "commits per call;"
+    )
+    print(
+        "srv = write transactions per call counted by the server (server-wide); "
+        "stmt = SQL statements per call;"
+    )
     print("cpu ms = process CPU per call (all processes); of raw = ops/s / raw commits/s")
     print(header)
     print("-" * len(header))
     for c in cells:
         r = raw.get(c["concurrency"])
         spread = f"({c['ops_per_s_min']:.0f}-{c['ops_per_s_max']:.0f})"
-        print(f"{c['shape']:<5} {c['mode']:<4} {c['concurrency']:>4} {c['processes']:>4} "
-              f"{c['ops_per_s']:>7.0f} {spread:>13} {c['p50_ms']:>6.2f} {c['p95_ms']:>6.2f} "
-              f"{c['p99_ms']:>7.2f} {c['write_tx_per_call']:>5.2f} "
-              f"{c['db_commits_per_call']:>6.2f} {fmt(c['server_write_tx_per_call'], '>5.2f')} "
-              f"{fmt(c['statements_per_call'], '>5.1f')} "
-              f"{c['cpu_s_per_call'] * 1000:>6.3f} "
-              f"{fmt(None if r is None else r['commits_per_s'], '>7.0f')} "
-              f"{fmt(c['fraction_of_raw'], '>6.3f')}")
+        print(
+            f"{c['shape']:<5} {c['mode']:<4} {c['concurrency']:>4} {c['processes']:>4} "
+            f"{c['ops_per_s']:>7.0f} {spread:>13} {c['p50_ms']:>6.2f} {c['p95_ms']:>6.2f} "
+            f"{c['p99_ms']:>7.2f} {c['write_tx_per_call']:>5.2f} "
+            f"{c['db_commits_per_call']:>6.2f} {fmt(c['server_write_tx_per_call'], '>5.2f')} "
+            f"{fmt(c['statements_per_call'], '>5.1f')} "
+            f"{c['cpu_s_per_call'] * 1000:>6.3f} "
+            f"{fmt(None if r is None else r['commits_per_s'], '>7.0f')} "
+            f"{fmt(c['fraction_of_raw'], '>6.3f')}"
+        )
         if c["errors"]:
             print(f"      ^ {c['errors']} failed call(s)")
 
@@ -869,54 +1011,72 @@ def print_report(report: dict[str, Any]) -> None:
     s = report["settings"]
     print()
     dirty = " + uncommitted changes" if m["git_src_dirty"] else ""
-    print(f"Solid Objects {m['solid_objects']} ({m['git_commit']}{dirty}), Python {m['python']}, "
-          f"SQLite {m['sqlite_library']}, SQLAlchemy {m['sqlalchemy']}, "
-          f"{m['cpus_usable']} CPUs")
+    print(
+        f"Solid Objects {m['solid_objects']} ({m['git_commit']}{dirty}), Python {m['python']}, "
+        f"SQLite {m['sqlite_library']}, SQLAlchemy {m['sqlalchemy']}, "
+        f"{m['cpus_usable']} CPUs"
+    )
     print(f"database: {report['database']} {report['server_version']}")
     load = [f"{x:.1f}" for x in m["load_average"] or ()]
     load_end = [f"{x:.1f}" for x in m["load_average_end"] or ()]
     print(f"load average (1/5/15 min) at start {'/'.join(load)}, at end {'/'.join(load_end)}")
     amount = f"{s['duration']:g} s" if s["duration"] else f"{s['calls']} calls"
-    print(f"database {s['url']}, workers={s['workers']}, synchronous={s['synchronous']}, "
-          f"{amount} per cell, warm-up {s['warmup']}, {s['repeat']} repetition(s): medians")
+    print(
+        f"database {s['url']}, workers={s['workers']}, synchronous={s['synchronous']}, "
+        f"{amount} per cell, warm-up {s['warmup']}, {s['repeat']} repetition(s): medians"
+    )
     raw = {r["threads"]: r for r in report["raw"]}
     if report["cells"]:
         print_cells(report["cells"], raw)
     if report["raw"]:
         print()
         if report["database"] == "sqlite":
-            print(f"raw limit (stdlib sqlite3, BEGIN IMMEDIATE + INSERT 64 B + UPDATE + COMMIT, "
-                  f"WAL, synchronous={s['synchronous']}):")
+            print(
+                f"raw limit (stdlib sqlite3, BEGIN IMMEDIATE + INSERT 64 B + UPDATE + COMMIT, "
+                f"WAL, synchronous={s['synchronous']}):"
+            )
         else:
-            print(f"raw limit ({report['database']}, the library's driver, one connection per "
-                  "thread: INSERT 64 B + UPDATE + COMMIT):")
+            print(
+                f"raw limit ({report['database']}, the library's driver, one connection per "
+                "thread: INSERT 64 B + UPDATE + COMMIT):"
+            )
         for r in report["raw"]:
-            print(f"  {r['threads']:>3} threads: {r['commits_per_s']:>8.0f} commits/s "
-                  f"(min {r['commits_per_s_min']:.0f}, max {r['commits_per_s_max']:.0f}), "
-                  f"tx p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms")
+            print(
+                f"  {r['threads']:>3} threads: {r['commits_per_s']:>8.0f} commits/s "
+                f"(min {r['commits_per_s_min']:.0f}, max {r['commits_per_s_max']:.0f}), "
+                f"tx p50 {r['p50_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms"
+            )
     if report["idle"]:
         print()
-        print(f"idle runtime ({s['workers']} workers, nothing to do, {s['idle_seconds']:g} s "
-              f"after {s['idle_settle']:g} s settling):")
+        print(
+            f"idle runtime ({s['workers']} workers, nothing to do, {s['idle_seconds']:g} s "
+            f"after {s['idle_settle']:g} s settling):"
+        )
         for i in report["idle"]:
-            print(f"  {i['when']:<6} {i['cached_activations']:>3} cached activations, "
-                  f"{i['actors_in_database']:>6} actors in the database: "
-                  f"{i['cpu_s_per_s'] * 1000:.2f} ms CPU/s, "
-                  f"{fmt(i['statements_per_s'], '.1f')} statements/s, "
-                  f"{i['write_tx_per_s']:.2f} write tx/s, {i['db_commits_per_s']:.2f} commits/s")
+            print(
+                f"  {i['when']:<6} {i['cached_activations']:>3} cached activations, "
+                f"{i['actors_in_database']:>6} actors in the database: "
+                f"{i['cpu_s_per_s'] * 1000:.2f} ms CPU/s, "
+                f"{fmt(i['statements_per_s'], '.1f')} statements/s, "
+                f"{i['write_tx_per_s']:.2f} write tx/s, {i['db_commits_per_s']:.2f} commits/s"
+            )
     if report.get("dbos"):
         d = report["dbos"]
         print()
         print(f"DBOS {d['dbos']} peer on {d['database']} ({d['workload']}):")
         for c in d["cells"]:
             if c.get("stalled"):
-                print(f"  {c['shape']:<5} c{c['concurrency']:<3} stalled: no result "
-                      "(killed after making no progress)")
+                print(
+                    f"  {c['shape']:<5} c{c['concurrency']:<3} stalled: no result "
+                    "(killed after making no progress)"
+                )
                 continue
-            print(f"  {c['shape']:<5} c{c['concurrency']:<3} {c['ops_per_s']:>7.0f} ops/s, "
-                  f"p50 {c['p50_ms']:.2f} ms, p95 {c['p95_ms']:.2f} ms, "
-                  f"p99 {c['p99_ms']:.2f} ms, {c['commits_per_call']:.2f} commits/call, "
-                  f"{c['cpu_s_per_call'] * 1000:.2f} ms CPU/call")
+            print(
+                f"  {c['shape']:<5} c{c['concurrency']:<3} {c['ops_per_s']:>7.0f} ops/s, "
+                f"p50 {c['p50_ms']:.2f} ms, p95 {c['p95_ms']:.2f} ms, "
+                f"p99 {c['p99_ms']:.2f} ms, {c['commits_per_call']:.2f} commits/call, "
+                f"{c['cpu_s_per_call'] * 1000:.2f} ms CPU/call"
+            )
     if report["cells"]:
         print()
         print("targets (100 warm identities, concurrency 16, sync calls, one process):")
@@ -930,17 +1090,19 @@ def summarize_raw(runs: list[raw_commit.RawResult]) -> list[dict[str, Any]]:
     for threads in sorted({r.threads for r in runs}):
         mine = [r for r in runs if r.threads == threads]
         rates = [r.commits_per_s for r in mine]
-        out.append({
-            "threads": threads,
-            "synchronous": mine[0].synchronous,
-            "commits_per_s": statistics.median(rates),
-            "commits_per_s_min": min(rates),
-            "commits_per_s_max": max(rates),
-            "p50_ms": statistics.median(r.p50_ms for r in mine),
-            "p99_ms": statistics.median(r.p99_ms for r in mine),
-            "cpu_s_per_commit": statistics.median(r.cpu_s_per_commit for r in mine),
-            "runs": [asdict(r) for r in mine],
-        })
+        out.append(
+            {
+                "threads": threads,
+                "synchronous": mine[0].synchronous,
+                "commits_per_s": statistics.median(rates),
+                "commits_per_s_min": min(rates),
+                "commits_per_s_max": max(rates),
+                "p50_ms": statistics.median(r.p50_ms for r in mine),
+                "p99_ms": statistics.median(r.p99_ms for r in mine),
+                "cpu_s_per_commit": statistics.median(r.cpu_s_per_commit for r in mine),
+                "runs": [asdict(r) for r in mine],
+            }
+        )
     return out
 
 
@@ -956,12 +1118,16 @@ def run(settings: Settings, display_url: str) -> dict[str, Any]:
     measure_raw: Callable[[int], raw_commit.RawResult] | None = None
     if db_file is not None and settings.raw_seconds > 0:
         raw_dir = Path(tempfile.mkdtemp(prefix="solid-bench-raw-", dir=db_file.parent))
-        measure_raw = functools.partial(raw_commit.measure, raw_dir,
-                                        seconds=settings.raw_seconds,
-                                        synchronous=settings.synchronous)
+        measure_raw = functools.partial(
+            raw_commit.measure,
+            raw_dir,
+            seconds=settings.raw_seconds,
+            synchronous=settings.synchronous,
+        )
     elif settings.raw_seconds > 0:
-        measure_raw = functools.partial(raw_commit.measure_url, settings.url,
-                                        seconds=settings.raw_seconds)
+        measure_raw = functools.partial(
+            raw_commit.measure_url, settings.url, seconds=settings.raw_seconds
+        )
 
     idle: list[IdleRun] = []
     if settings.idle_seconds > 0:
@@ -970,9 +1136,13 @@ def run(settings: Settings, display_url: str) -> dict[str, Any]:
         idle.append(measure_idle(settings, settings.identities, "before"))
 
     topologies = [0] + ([settings.processes] if settings.processes else [])
-    cells = [Cell(shape, mode, conc, procs)
-             for procs in topologies for conc in settings.concurrency
-             for shape in settings.shapes for mode in settings.modes]
+    cells = [
+        Cell(shape, mode, conc, procs)
+        for procs in topologies
+        for conc in settings.concurrency
+        for shape in settings.shapes
+        for mode in settings.modes
+    ]
     raw_runs: list[raw_commit.RawResult] = []
     try:
         for rep in range(settings.repeat):
@@ -983,8 +1153,10 @@ def run(settings: Settings, display_url: str) -> dict[str, Any]:
                     r = measure_raw(conc)
                     raw_runs.append(r)
                     raw_rate = r.commits_per_s
-                    print(f"[pass {rep + 1}] raw c{conc}: {r.commits_per_s:,.0f} commits/s",
-                          file=sys.stderr)
+                    print(
+                        f"[pass {rep + 1}] raw c{conc}: {r.commits_per_s:,.0f} commits/s",
+                        file=sys.stderr,
+                    )
                 for cell in cells:
                     if cell.concurrency != conc:
                         continue
@@ -995,9 +1167,11 @@ def run(settings: Settings, display_url: str) -> dict[str, Any]:
                     cell.runs.append(result)
                     if raw_rate:
                         cell.fractions_of_raw.append(result.ops_per_s / raw_rate)
-                    print(f"[pass {rep + 1}] {cell.key}: {result.ops_per_s:,.0f} ops/s, "
-                          f"p50 {result.p50_ms:.2f} ms, {result.write_tx_per_call:.2f} wtx/call",
-                          file=sys.stderr)
+                    print(
+                        f"[pass {rep + 1}] {cell.key}: {result.ops_per_s:,.0f} ops/s, "
+                        f"p50 {result.p50_ms:.2f} ms, {result.write_tx_per_call:.2f} wtx/call",
+                        file=sys.stderr,
+                    )
     finally:
         if raw_dir is not None:
             shutil.rmtree(raw_dir, ignore_errors=True)
@@ -1035,67 +1209,121 @@ def _choices(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:
         if not values or bad:
             raise argparse.ArgumentTypeError(f"choose from {','.join(allowed)}; got {text!r}")
         return values
+
     return parse
 
 
-QUICK = {"shapes": list(SHAPES), "modes": list(MODES), "concurrency": [1, 16], "calls": 150,
-         "warmup": 20, "raw_seconds": 0.25, "idle_seconds": 1.0, "idle_settle": 0.3,
-         "repeat": 1, "call_timeout": 15.0}
-FULL = {"shapes": list(SHAPES), "modes": list(MODES), "concurrency": [1, 16, 64],
-        "calls": 2000, "warmup": 200, "raw_seconds": 2.0, "idle_seconds": 15.0,
-        "idle_settle": 1.5, "repeat": 1, "call_timeout": 60.0}
+QUICK = {
+    "shapes": list(SHAPES),
+    "modes": list(MODES),
+    "concurrency": [1, 16],
+    "calls": 150,
+    "warmup": 20,
+    "raw_seconds": 0.25,
+    "idle_seconds": 1.0,
+    "idle_settle": 0.3,
+    "repeat": 1,
+    "call_timeout": 15.0,
+}
+FULL = {
+    "shapes": list(SHAPES),
+    "modes": list(MODES),
+    "concurrency": [1, 16, 64],
+    "calls": 2000,
+    "warmup": 200,
+    "raw_seconds": 2.0,
+    "idle_seconds": 15.0,
+    "idle_settle": 1.5,
+    "repeat": 1,
+    "call_timeout": 60.0,
+}
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description="Measure Solid Objects calls: ops/s, latency percentiles, write "
-                    "transactions, commits, statements and CPU per call, against the raw "
-                    "SQLite commit limit.",
-        epilog="Defaults are the full matrix; --quick is a smoke run of a few seconds.")
-    p.add_argument("--url", help="database URL (default: a temporary SQLite file, removed "
-                                 "afterwards)")
-    p.add_argument("--quick", action="store_true",
-                   help="a small matrix that finishes in well under 20 s")
+        "transactions, commits, statements and CPU per call, against the raw "
+        "SQLite commit limit.",
+        epilog="Defaults are the full matrix; --quick is a smoke run of a few seconds.",
+    )
+    p.add_argument(
+        "--url", help="database URL (default: a temporary SQLite file, removed afterwards)"
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="a small matrix that finishes in well under 20 s"
+    )
     p.add_argument("--shapes", type=_choices(SHAPES), help="comma-separated: hot,warm,new")
     p.add_argument("--modes", type=_choices(MODES), help="comma-separated: call,send")
-    p.add_argument("--concurrency", type=raw_commit.int_list,
-                   help="caller threads, comma-separated (default 1,16,64)")
+    p.add_argument(
+        "--concurrency",
+        type=raw_commit.int_list,
+        help="caller threads, comma-separated (default 1,16,64)",
+    )
     p.add_argument("--calls", type=int, help="timed calls per cell (default 2000)")
-    p.add_argument("--duration", type=float,
-                   help="timed seconds per cell instead of a number of calls")
-    p.add_argument("--max-cell-seconds", type=float, default=60.0,
-                   help="stop a cell's timed phase after this many seconds even if calls "
-                        "remain (default 60)")
+    p.add_argument(
+        "--duration", type=float, help="timed seconds per cell instead of a number of calls"
+    )
+    p.add_argument(
+        "--max-cell-seconds",
+        type=float,
+        default=60.0,
+        help="stop a cell's timed phase after this many seconds even if calls remain (default 60)",
+    )
     p.add_argument("--warmup", type=int, help="untimed calls per cell before timing")
     p.add_argument("--identities", type=int, default=100, help="identities of the warm shape")
     p.add_argument("--workers", type=int, default=4, help="worker threads per runtime")
-    p.add_argument("--processes", type=int, default=0,
-                   help="also run every cell with N worker processes and a caller-only "
-                        "(workers=0) process")
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        help="also run every cell with N worker processes and a caller-only (workers=0) process",
+    )
     p.add_argument("--repeat", type=int, help="repetitions (passes); the table shows medians")
-    p.add_argument("--raw-seconds", type=float,
-                   help="seconds per raw-limit measurement (0 skips it; SQLite only)")
-    p.add_argument("--idle-seconds", type=float,
-                   help="seconds of the idle measurement (0 skips it)")
-    p.add_argument("--idle-only", action="store_true",
-                   help="measure only the idle cost (no calls, no raw limit)")
-    p.add_argument("--idle-settle", type=float,
-                   help="seconds an idle runtime runs before its idle cost is measured")
-    p.add_argument("--sqlite-synchronous", choices=["NORMAL", "FULL"], default="NORMAL",
-                   help="runtime option sqlite_synchronous (also used for the raw limit)")
-    p.add_argument("--no-trace", action="store_true",
-                   help="do not count SQL statements (removes the trace callback's overhead)")
-    p.add_argument("--call-timeout", type=float,
-                   help="seconds a call may wait before it counts as failed (default 60; "
-                        "15 with --quick)")
-    p.add_argument("--dbos-python",
-                   help="the python of a virtualenv with benchmarks/requirements-peer.txt: "
-                        "also run the DBOS peer (SQLite and PostgreSQL)")
-    p.add_argument("--dbos-calls", type=int,
-                   help="timed DBOS calls per cell (default: --calls)")
-    p.add_argument("--wakeup-url",
-                   help="runtime option wakeup_url (e.g. redis://127.0.0.1:6379/0) for every "
-                        "runtime and worker process: cross-process wake-ups without polling")
+    p.add_argument(
+        "--raw-seconds",
+        type=float,
+        help="seconds per raw-limit measurement (0 skips it; SQLite only)",
+    )
+    p.add_argument(
+        "--idle-seconds", type=float, help="seconds of the idle measurement (0 skips it)"
+    )
+    p.add_argument(
+        "--idle-only",
+        action="store_true",
+        help="measure only the idle cost (no calls, no raw limit)",
+    )
+    p.add_argument(
+        "--idle-settle",
+        type=float,
+        help="seconds an idle runtime runs before its idle cost is measured",
+    )
+    p.add_argument(
+        "--sqlite-synchronous",
+        choices=["NORMAL", "FULL"],
+        default="NORMAL",
+        help="runtime option sqlite_synchronous (also used for the raw limit)",
+    )
+    p.add_argument(
+        "--no-trace",
+        action="store_true",
+        help="do not count SQL statements (removes the trace callback's overhead)",
+    )
+    p.add_argument(
+        "--call-timeout",
+        type=float,
+        help="seconds a call may wait before it counts as failed (default 60; 15 with --quick)",
+    )
+    p.add_argument(
+        "--dbos-python",
+        help="the python of a virtualenv with benchmarks/requirements-peer.txt: "
+        "also run the DBOS peer (SQLite and PostgreSQL)",
+    )
+    p.add_argument("--dbos-calls", type=int, help="timed DBOS calls per cell (default: --calls)")
+    p.add_argument(
+        "--wakeup-url",
+        help="runtime option wakeup_url (e.g. redis://127.0.0.1:6379/0) for every "
+        "runtime and worker process: cross-process wake-ups without polling",
+    )
     p.add_argument("--json", type=Path, help="write the full report as JSON here")
     p.add_argument("--worker-process", action="store_true", help=argparse.SUPPRESS)
     return p
@@ -1104,8 +1332,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.worker_process:
-        return worker_process_main(args.url, args.workers, args.sqlite_synchronous,
-                                   not args.no_trace, args.wakeup_url)
+        return worker_process_main(
+            args.url, args.workers, args.sqlite_synchronous, not args.no_trace, args.wakeup_url
+        )
     # SIGTERM unwinds like Ctrl-C, so the temporary database is still removed.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     base = QUICK if args.quick else FULL

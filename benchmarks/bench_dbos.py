@@ -87,9 +87,15 @@ def identity_plan(shape: str, namespace: str, identities: int) -> Callable[[int]
     return lambda k: f"{namespace}-n{k}"
 
 
-def run_phase(call: Callable[[str], Any], ids: Callable[[int], str], threads: int, *,
-              calls: int | None, duration: float | None,
-              before: Callable[[], None] = lambda: None) -> tuple[list[float], int, float]:
+def run_phase(
+    call: Callable[[str], Any],
+    ids: Callable[[int], str],
+    threads: int,
+    *,
+    calls: int | None,
+    duration: float | None,
+    before: Callable[[], None] = lambda: None,
+) -> tuple[list[float], int, float]:
     counter = itertools.count()
     per_thread: list[list[float]] = [[] for _ in range(threads)]
     errors: list[BaseException] = []
@@ -124,27 +130,40 @@ def run_phase(call: Callable[[str], Any], ids: Callable[[int], str], threads: in
         w.join()
     if errors:
         print(f"dbos: {len(errors)} failed call(s), first: {errors[0]!r}", file=sys.stderr)
-    return (sorted(x for xs in per_thread for x in xs), len(errors),
-            time.perf_counter() - start)
+    return (sorted(x for xs in per_thread for x in xs), len(errors), time.perf_counter() - start)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--url", default="sqlite",
-                   help="'sqlite' (a temporary file) or a PostgreSQL URL whose server is used")
+    p.add_argument(
+        "--url",
+        default="sqlite",
+        help="'sqlite' (a temporary file) or a PostgreSQL URL whose server is used",
+    )
     p.add_argument("--shapes", default="hot,warm,new")
     p.add_argument("--concurrency", default="1,16,64")
     p.add_argument("--calls", type=int, default=1000)
     p.add_argument("--duration", type=float, default=None)
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--identities", type=int, default=100)
-    p.add_argument("--json", type=Path, default=None,
-                   help="write the report here, rewritten after every cell (a run killed "
-                        "mid-way leaves the cells it finished)")
-    p.add_argument("--workdir", type=Path, default=None,
-                   help="directory for the SQLite file (default: a new temporary directory)")
-    p.add_argument("--db-name", default=None,
-                   help="name of the PostgreSQL database to create (and drop afterwards)")
+    p.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help="write the report here, rewritten after every cell (a run killed "
+        "mid-way leaves the cells it finished)",
+    )
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="directory for the SQLite file (default: a new temporary directory)",
+    )
+    p.add_argument(
+        "--db-name",
+        default=None,
+        help="name of the PostgreSQL database to create (and drop afterwards)",
+    )
     args = p.parse_args(argv)
     shapes = [s for s in args.shapes.split(",") if s]
     concurrency = [int(c) for c in args.concurrency.split(",") if c]
@@ -164,12 +183,14 @@ def main(argv: list[str] | None = None) -> int:
         database = "sqlite-wal (synchronous=FULL, DBOS default)"
     else:
         base = make_url(args.url)
-        admin = sa.create_engine(base.set(drivername="postgresql+psycopg"),
-                                 isolation_level="AUTOCOMMIT")
+        admin = sa.create_engine(
+            base.set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT"
+        )
         with admin.connect() as c:
             c.exec_driver_sql(f"CREATE DATABASE {db_name}")
         url = base.set(drivername="postgresql", database=db_name).render_as_string(
-            hide_password=False)
+            hide_password=False
+        )
         database = "postgresql"
 
     commits = Commits()
@@ -181,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         "sqlite_library": sqlite3.sqlite_version,
         "sqlalchemy": sa.__version__,
         "workload": "one workflow per call (SetWorkflowID, inline), one datasource "
-                    "transaction step: UPSERT counter keyed by identity, SERIALIZABLE",
+        "transaction step: UPSERT counter keyed by identity, SERIALIZABLE",
         "identities": args.identities,
         "cells": results,
     }
@@ -191,23 +212,39 @@ def main(argv: list[str] | None = None) -> int:
         if args.json is not None:
             args.json.write_text(text + "\n")
         return text
+
     try:
         # The default pool (20) runs dry at concurrency 64 (DBOS logs "pool exhausted"
         # and retries); size it like the callers, as DBOS's message advises.
-        DBOS(config={"name": "bench-dbos", "system_database_url": url,
-                     "log_level": "WARNING",
-                     "sys_db_pool_size": max(20, 2 * max(concurrency))})
+        DBOS(
+            config={
+                "name": "bench-dbos",
+                "system_database_url": url,
+                "log_level": "WARNING",
+                "sys_db_pool_size": max(20, 2 * max(concurrency)),
+            }
+        )
         ds = SQLAlchemyDatasource.create(url)
         with ds.engine.begin() as c:
-            c.exec_driver_sql("CREATE TABLE IF NOT EXISTS bench_dbos_counter "
-                              "(k VARCHAR(200) PRIMARY KEY, n BIGINT NOT NULL)")
+            c.exec_driver_sql(
+                "CREATE TABLE IF NOT EXISTS bench_dbos_counter "
+                "(k VARCHAR(200) PRIMARY KEY, n BIGINT NOT NULL)"
+            )
 
         @ds.transaction()
         def increment(key: str) -> int:
-            return int(ds.sql_session().execute(
-                sa.text("INSERT INTO bench_dbos_counter (k, n) VALUES (:k, 1) "
+            return int(
+                ds.sql_session()
+                .execute(
+                    sa.text(
+                        "INSERT INTO bench_dbos_counter (k, n) VALUES (:k, 1) "
                         "ON CONFLICT (k) DO UPDATE SET n = bench_dbos_counter.n + 1 "
-                        "RETURNING n"), {"k": key}).scalar_one())
+                        "RETURNING n"
+                    ),
+                    {"k": key},
+                )
+                .scalar_one()
+            )
 
         @DBOS.workflow()
         def add(key: str) -> int:
@@ -234,22 +271,34 @@ def main(argv: list[str] | None = None) -> int:
                     marks.append((commits.n, time.process_time()))
 
                 lat, errors, seconds = run_phase(
-                    call, ids, conc, calls=None if args.duration else args.calls,
-                    duration=args.duration, before=mark)
+                    call,
+                    ids,
+                    conc,
+                    calls=None if args.duration else args.calls,
+                    duration=args.duration,
+                    before=mark,
+                )
                 n = len(lat)
                 cell = {
-                    "shape": shape, "concurrency": conc, "calls": n, "errors": errors,
-                    "seconds": seconds, "ops_per_s": n / seconds,
-                    "p50_ms": percentile(lat, 50) * 1000, "p95_ms": percentile(lat, 95) * 1000,
+                    "shape": shape,
+                    "concurrency": conc,
+                    "calls": n,
+                    "errors": errors,
+                    "seconds": seconds,
+                    "ops_per_s": n / seconds,
+                    "p50_ms": percentile(lat, 50) * 1000,
+                    "p95_ms": percentile(lat, 95) * 1000,
                     "p99_ms": percentile(lat, 99) * 1000,
                     "commits_per_call": (commits.n - marks[0][0]) / n if n else math.nan,
                     "cpu_s_per_call": (time.process_time() - marks[0][1]) / n if n else math.nan,
                 }
                 results.append(cell)
                 save()
-                print(f"dbos {database} {shape}/c{conc}: {cell['ops_per_s']:.0f} ops/s, "
-                      f"p50 {cell['p50_ms']:.1f} ms, p99 {cell['p99_ms']:.1f} ms",
-                      file=sys.stderr)
+                print(
+                    f"dbos {database} {shape}/c{conc}: {cell['ops_per_s']:.0f} ops/s, "
+                    f"p50 {cell['p50_ms']:.1f} ms, p99 {cell['p99_ms']:.1f} ms",
+                    file=sys.stderr,
+                )
     finally:
         DBOS.destroy(destroy_registry=True)
         if temp_dir is not None:

@@ -91,8 +91,9 @@ def create_database(path: Path, rows: int) -> None:
             "k INTEGER NOT NULL, payload TEXT NOT NULL)"
         )
         conn.execute("BEGIN")
-        conn.executemany("INSERT INTO bench_state (id, n) VALUES (?, 0)",
-                         ((i,) for i in range(rows)))
+        conn.executemany(
+            "INSERT INTO bench_state (id, n) VALUES (?, 0)", ((i,) for i in range(rows))
+        )
         conn.execute("COMMIT")
     finally:
         conn.close()
@@ -126,18 +127,20 @@ def measure(
                 while not stop.is_set():
                     t0 = time.perf_counter()
                     conn.execute("BEGIN IMMEDIATE")
-                    conn.execute("INSERT INTO bench_event (k, payload) VALUES (?, ?)",
-                                 (index, PAYLOAD))
-                    conn.execute("UPDATE bench_state SET n = n + 1 WHERE id = ?",
-                                 (base + i % ROWS_PER_THREAD,))
+                    conn.execute(
+                        "INSERT INTO bench_event (k, payload) VALUES (?, ?)", (index, PAYLOAD)
+                    )
+                    conn.execute(
+                        "UPDATE bench_state SET n = n + 1 WHERE id = ?",
+                        (base + i % ROWS_PER_THREAD,),
+                    )
                     conn.execute("COMMIT")
                     mine.append(time.perf_counter() - t0)
                     i += 1
             except BaseException as exc:  # reported after the run
                 errors.append(exc)
 
-        workers = [threading.Thread(target=client, args=(n,), daemon=True)
-                   for n in range(threads)]
+        workers = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(threads)]
         for w in workers:
             w.start()
         start.wait()
@@ -175,15 +178,21 @@ def measure_url(url: str, threads: int, *, seconds: float = 2.0) -> RawResult:
     engine = sqlalchemy.create_engine(url, poolclass=NullPool)
     suffix = uuid.uuid4().hex[:10]
     state, events = f"bench_raw_state_{suffix}", f"bench_raw_event_{suffix}"
-    autoinc = ("BIGSERIAL PRIMARY KEY" if engine.dialect.name == "postgresql"
-               else "BIGINT AUTO_INCREMENT PRIMARY KEY")
+    autoinc = (
+        "BIGSERIAL PRIMARY KEY"
+        if engine.dialect.name == "postgresql"
+        else "BIGINT AUTO_INCREMENT PRIMARY KEY"
+    )
     rows = max(1000, threads * ROWS_PER_THREAD)
     with engine.begin() as conn:
         conn.exec_driver_sql(f"CREATE TABLE {state} (id INTEGER PRIMARY KEY, n BIGINT NOT NULL)")
-        conn.exec_driver_sql(f"CREATE TABLE {events} (id {autoinc}, k INTEGER NOT NULL, "
-                             "payload VARCHAR(200) NOT NULL)")
-        conn.exec_driver_sql(f"INSERT INTO {state} (id, n) VALUES (%(id)s, 0)",
-                             [{"id": i} for i in range(rows)])
+        conn.exec_driver_sql(
+            f"CREATE TABLE {events} (id {autoinc}, k INTEGER NOT NULL, "
+            "payload VARCHAR(200) NOT NULL)"
+        )
+        conn.exec_driver_sql(
+            f"INSERT INTO {state} (id, n) VALUES (%(id)s, 0)", [{"id": i} for i in range(rows)]
+        )
     try:
         raws = [engine.raw_connection() for _ in range(threads)]
         latencies: list[list[float]] = [[] for _ in range(threads)]
@@ -213,8 +222,7 @@ def measure_url(url: str, threads: int, *, seconds: float = 2.0) -> RawResult:
             finally:
                 cursor.close()
 
-        workers = [threading.Thread(target=client, args=(n,), daemon=True)
-                   for n in range(threads)]
+        workers = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(threads)]
         for w in workers:
             w.start()
         start.wait()
@@ -260,15 +268,24 @@ def int_list(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--concurrency", type=int_list, default=[1, 16, 64],
-                        help="client threads, comma-separated (default 1,16,64)")
+    parser.add_argument(
+        "--concurrency",
+        type=int_list,
+        default=[1, 16, 64],
+        help="client threads, comma-separated (default 1,16,64)",
+    )
     parser.add_argument("--seconds", type=float, default=2.0, help="per measurement")
     parser.add_argument("--repeat", type=int, default=1, help="passes; the table shows medians")
     parser.add_argument("--synchronous", choices=["NORMAL", "FULL"], default="NORMAL")
-    parser.add_argument("--dir", type=Path, default=None,
-                        help="directory for the temporary database files (default: system temp)")
-    parser.add_argument("--url", default=None,
-                        help="a PostgreSQL or MariaDB URL (default: SQLite files in --dir)")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="directory for the temporary database files (default: system temp)",
+    )
+    parser.add_argument(
+        "--url", default=None, help="a PostgreSQL or MariaDB URL (default: SQLite files in --dir)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write all runs as JSON here")
     args = parser.parse_args(argv)
 
@@ -277,22 +294,32 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.repeat):
         for threads in args.concurrency:
             runs.append(
-                measure_url(args.url, threads, seconds=args.seconds) if args.url
-                else measure(directory, threads, seconds=args.seconds,
-                             synchronous=args.synchronous))
-    where = (args.url if args.url else
-             f"SQLite {sqlite3.sqlite_version}, WAL, synchronous={args.synchronous}")
+                measure_url(args.url, threads, seconds=args.seconds)
+                if args.url
+                else measure(directory, threads, seconds=args.seconds, synchronous=args.synchronous)
+            )
+    where = (
+        args.url
+        if args.url
+        else f"SQLite {sqlite3.sqlite_version}, WAL, synchronous={args.synchronous}"
+    )
     print(f"{where}, {args.seconds:g} s per run, {args.repeat} pass(es); medians")
     print(f"{'threads':>7} {'commits/s':>11} {'min':>9} {'max':>9} {'p50 ms':>8} {'p99 ms':>8}")
     for threads in args.concurrency:
         mine = [r for r in runs if r.threads == threads]
         rates = [r.commits_per_s for r in mine]
-        print(f"{threads:>7} {statistics.median(rates):>11,.0f} {min(rates):>9,.0f} "
-              f"{max(rates):>9,.0f} {statistics.median(r.p50_ms for r in mine):>8.3f} "
-              f"{statistics.median(r.p99_ms for r in mine):>8.3f}")
+        print(
+            f"{threads:>7} {statistics.median(rates):>11,.0f} {min(rates):>9,.0f} "
+            f"{max(rates):>9,.0f} {statistics.median(r.p50_ms for r in mine):>8.3f} "
+            f"{statistics.median(r.p99_ms for r in mine):>8.3f}"
+        )
     if args.json is not None:
-        args.json.write_text(json.dumps({"sqlite_version": sqlite3.sqlite_version,
-                                         "runs": [asdict(r) for r in runs]}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {"sqlite_version": sqlite3.sqlite_version, "runs": [asdict(r) for r in runs]},
+                indent=2,
+            )
+        )
     return 0
 
 

@@ -44,8 +44,7 @@ from sqlalchemy.engine import make_url
 DEFAULT_URLS = {
     "postgresql": os.environ.get("SOLID_TEST_POSTGRES_URL")
     or "postgresql+psycopg://postgres@127.0.0.1:5432/test",
-    "mariadb": os.environ.get("SOLID_TEST_MYSQL_URL")
-    or "mysql+pymysql://root@127.0.0.1:3306/test",
+    "mariadb": os.environ.get("SOLID_TEST_MYSQL_URL") or "mysql+pymysql://root@127.0.0.1:3306/test",
 }
 DATABASES = ("sqlite", "postgresql", "mariadb")
 
@@ -78,11 +77,16 @@ def scratch_database(kind: str, server_url: str | None) -> Iterator[str | None]:
         admin.dispose()
 
 
-def find(cells: list[dict[str, Any]], shape: str, mode: str, conc: int,
-         processes: int = 0) -> dict[str, Any] | None:
+def find(
+    cells: list[dict[str, Any]], shape: str, mode: str, conc: int, processes: int = 0
+) -> dict[str, Any] | None:
     for c in cells:
         if (c["shape"], c["mode"], c["concurrency"], c["processes"]) == (
-                shape, mode, conc, processes):
+            shape,
+            mode,
+            conc,
+            processes,
+        ):
             return c
     return None
 
@@ -99,9 +103,11 @@ def print_side_by_side(reports: dict[str, dict[str, Any]]) -> None:
     print()
     print("=" * 100)
     print("Side by side: 100 warm identities, sync calls, one process (ops/s; p50/p99 ms)")
-    print(f"{'database':<10} {'conc':>4} {'Solid Objects':>14} {'p50':>6} {'p99':>7} "
-          f"{'raw/s':>7} {'of raw':>6} {'DBOS':>6} {'DBOS p99':>8} {'x DBOS':>6} "
-          f"{'JS':>5} {'x JS':>6}")
+    print(
+        f"{'database':<10} {'conc':>4} {'Solid Objects':>14} {'p50':>6} {'p99':>7} "
+        f"{'raw/s':>7} {'of raw':>6} {'DBOS':>6} {'DBOS p99':>8} {'x DBOS':>6} "
+        f"{'JS':>5} {'x JS':>6}"
+    )
     for kind, report in reports.items():
         raw = {r["threads"]: r for r in report["raw"]}
         dbos = report.get("dbos") or {"cells": []}
@@ -109,57 +115,84 @@ def print_side_by_side(reports: dict[str, dict[str, Any]]) -> None:
             cell = find(report["cells"], "warm", "call", conc)
             if cell is None:
                 continue
-            peer = next((c for c in dbos["cells"] if (c["shape"], c["concurrency"]) == (
-                "warm", conc) and not c.get("stalled")), None)
+            peer = next(
+                (
+                    c
+                    for c in dbos["cells"]
+                    if (c["shape"], c["concurrency"]) == ("warm", conc) and not c.get("stalled")
+                ),
+                None,
+            )
             js = bench_calls.JS_ANCHOR.get(report["database"]) if conc == 16 else None
             r = raw.get(conc)
             ops = cell["ops_per_s"]
-            print(f"{kind:<10} {conc:>4} {ops:>14,.0f} {cell['p50_ms']:>6.2f} "
-                  f"{cell['p99_ms']:>7.2f} "
-                  f"{fmt(None if r is None else r['commits_per_s'], '>7,.0f')} "
-                  f"{fmt(cell['fraction_of_raw'], '>6.3f')} "
-                  f"{fmt(None if peer is None else peer['ops_per_s'], '>6,.0f')} "
-                  f"{fmt(None if peer is None else peer['p99_ms'], '>8.1f')} "
-                  f"{fmt(None if peer is None else ops / peer['ops_per_s'], '>6.1f')} "
-                  f"{fmt(js, '>5.0f')} "
-                  f"{fmt(None if js is None else cell['ops_per_s'] / js, '>6.1f')}")
+            print(
+                f"{kind:<10} {conc:>4} {ops:>14,.0f} {cell['p50_ms']:>6.2f} "
+                f"{cell['p99_ms']:>7.2f} "
+                f"{fmt(None if r is None else r['commits_per_s'], '>7,.0f')} "
+                f"{fmt(cell['fraction_of_raw'], '>6.3f')} "
+                f"{fmt(None if peer is None else peer['ops_per_s'], '>6,.0f')} "
+                f"{fmt(None if peer is None else peer['p99_ms'], '>8.1f')} "
+                f"{fmt(None if peer is None else ops / peer['ops_per_s'], '>6.1f')} "
+                f"{fmt(js, '>5.0f')} "
+                f"{fmt(None if js is None else cell['ops_per_s'] / js, '>6.1f')}"
+            )
     print()
     print("Every cell, ops/s per database (in-process = 0 worker processes):")
     kinds = list(reports)
-    print(f"{'shape':<5} {'mode':<4} {'conc':>4} {'proc':>4} "
-          + " ".join(f"{k:>11}" for k in kinds)
-          + "  " + " ".join(f"{k[:6] + ' p99':>11}" for k in kinds))
-    keys = sorted({(c["shape"], c["mode"], c["concurrency"], c["processes"])
-                   for r in reports.values() for c in r["cells"]},
-                  key=lambda k: (k[3], k[2], bench_calls.SHAPES.index(k[0]), k[1]))
+    print(
+        f"{'shape':<5} {'mode':<4} {'conc':>4} {'proc':>4} "
+        + " ".join(f"{k:>11}" for k in kinds)
+        + "  "
+        + " ".join(f"{k[:6] + ' p99':>11}" for k in kinds)
+    )
+    keys = sorted(
+        {
+            (c["shape"], c["mode"], c["concurrency"], c["processes"])
+            for r in reports.values()
+            for c in r["cells"]
+        },
+        key=lambda k: (k[3], k[2], bench_calls.SHAPES.index(k[0]), k[1]),
+    )
     for shape, mode, conc, procs in keys:
         found = [find(reports[k]["cells"], shape, mode, conc, procs) for k in kinds]
-        print(f"{shape:<5} {mode:<4} {conc:>4} {procs:>4} "
-              + " ".join(fmt(None if c is None else c["ops_per_s"], ">11,.0f") for c in found)
-              + "  " + " ".join(fmt(None if c is None else c["p99_ms"], ">11.1f")
-                                for c in found))
+        print(
+            f"{shape:<5} {mode:<4} {conc:>4} {procs:>4} "
+            + " ".join(fmt(None if c is None else c["ops_per_s"], ">11,.0f") for c in found)
+            + "  "
+            + " ".join(fmt(None if c is None else c["p99_ms"], ">11.1f") for c in found)
+        )
     print()
     print("Targets (warm/call/c16, one process):")
     for kind, report in reports.items():
         verdicts = ", ".join(
             f"{t['target']}: {fmt(t['measured'], '.3g')} "
             f"[{ {True: 'met', False: 'MISSED', None: 'n/a'}[t['met']] }]"
-            for t in report["targets"])
+            for t in report["targets"]
+        )
         print(f"  {kind}: {verdicts}")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description="Run bench_calls.py on SQLite, PostgreSQL and MariaDB (each on a fresh "
-                    "scratch database) with the raw limit and the DBOS peer; print them side "
-                    "by side.", epilog="Other options go to bench_calls.py.")
-    p.add_argument("--databases", default=",".join(DATABASES),
-                   help="comma-separated: sqlite,postgresql,mariadb (default all)")
+        "scratch database) with the raw limit and the DBOS peer; print them side "
+        "by side.",
+        epilog="Other options go to bench_calls.py.",
+    )
+    p.add_argument(
+        "--databases",
+        default=",".join(DATABASES),
+        help="comma-separated: sqlite,postgresql,mariadb (default all)",
+    )
     p.add_argument("--postgres-url", default=DEFAULT_URLS["postgresql"])
     p.add_argument("--mysql-url", default=DEFAULT_URLS["mariadb"])
-    p.add_argument("--dbos-python", default=None,
-                   help="python of the DBOS virtualenv (default: .venv-bench/bin/python if "
-                        "it exists; 'none' skips DBOS)")
+    p.add_argument(
+        "--dbos-python",
+        default=None,
+        help="python of the DBOS virtualenv (default: .venv-bench/bin/python if "
+        "it exists; 'none' skips DBOS)",
+    )
     p.add_argument("--json", type=Path, default=None, help="write all reports here")
     args, passthrough = p.parse_known_args(argv)
     kinds = [k.strip() for k in args.databases.split(",") if k.strip()]
@@ -194,16 +227,26 @@ def main(argv: list[str] | None = None) -> int:
                 status = 1
                 continue
             report = json.loads(out.read_text())
-            report["settings"]["url"] = kind if url is None else make_url(url).render_as_string(
-                hide_password=True)
+            report["settings"]["url"] = (
+                kind if url is None else make_url(url).render_as_string(hide_password=True)
+            )
             reports[kind] = report
     print_side_by_side(reports)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"benchmark": "solid-objects side by side",
-                                         "started": started,
-                                         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                                         "databases": reports}, indent=2, default=str) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "benchmark": "solid-objects side by side",
+                    "started": started,
+                    "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "databases": reports,
+                },
+                indent=2,
+                default=str,
+            )
+            + "\n"
+        )
         print(f"\nwrote {args.json}")
     return status
 

@@ -124,17 +124,46 @@ def test_quick_side_by_side_run_on_each_backend(backend: str, tmp_path: Path) ->
     out = tmp_path / "side.json"
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    command = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--databases", kind,
-               "--quick", "--shapes", "warm", "--modes", "call", "--concurrency", "1,4",
-               "--calls", "60", "--warmup", "10", "--processes", "1", "--idle-seconds", "0.3",
-               "--dbos-python", "none", "--json", str(out)]
-    for option, variable in (("--postgres-url", "SOLID_TEST_POSTGRES_URL"),
-                             ("--mysql-url", "SOLID_TEST_MYSQL_URL")):
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "run.py"),
+        "--databases",
+        kind,
+        "--quick",
+        "--shapes",
+        "warm",
+        "--modes",
+        "call",
+        "--concurrency",
+        "1,4",
+        "--calls",
+        "60",
+        "--warmup",
+        "10",
+        "--processes",
+        "1",
+        "--idle-seconds",
+        "0.3",
+        "--dbos-python",
+        "none",
+        "--json",
+        str(out),
+    ]
+    for option, variable in (
+        ("--postgres-url", "SOLID_TEST_POSTGRES_URL"),
+        ("--mysql-url", "SOLID_TEST_MYSQL_URL"),
+    ):
         if os.environ.get(variable):
             command += [option, os.environ[variable]]
     before = scratch_databases(kind)
-    proc = subprocess.run(command, cwd=ROOT, env={**os.environ, "TMPDIR": str(scratch)},
-                          capture_output=True, text=True, timeout=110)
+    proc = subprocess.run(
+        command,
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(scratch)},
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert "Side by side" in proc.stdout
     assert list(scratch.iterdir()) == [], "a temporary file was not removed"
@@ -149,8 +178,14 @@ def test_quick_side_by_side_run_on_each_backend(backend: str, tmp_path: Path) ->
     assert set(cells) == {(1, 0), (4, 0), (1, 1), (4, 1)}
     for where, cell in cells.items():
         assert cell["errors"] == 0, where
-        for name in ("ops_per_s", "p99_ms", "write_tx_per_call", "statements_per_call",
-                     "cpu_s_per_call", "fraction_of_raw"):
+        for name in (
+            "ops_per_s",
+            "p99_ms",
+            "write_tx_per_call",
+            "statements_per_call",
+            "cpu_s_per_call",
+            "fraction_of_raw",
+        ):
             assert positive(cell[name]), f"{where} {name} = {cell[name]!r}"
         if kind == "sqlite":
             assert cell["server_write_tx_per_call"] is None, where
@@ -165,8 +200,9 @@ def scratch_databases(kind: str) -> set[str]:
         return set()
     variable = "SOLID_TEST_POSTGRES_URL" if kind == "postgresql" else "SOLID_TEST_MYSQL_URL"
     engine = sqlalchemy.create_engine(os.environ[variable])
-    query = sqlalchemy.text("SELECT schema_name FROM information_schema.schemata "
-                            "WHERE schema_name LIKE :pattern")
+    query = sqlalchemy.text(
+        "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE :pattern"
+    )
     try:
         with engine.connect() as conn:
             return {str(row[0]) for row in conn.execute(query, {"pattern": "solid_bench_%"})}
@@ -197,3 +233,30 @@ def test_quick_outbox_benchmark_fires_every_reminder_and_runs_every_effect(
     assert delay["fired"] == delay["reminders"] > 0 and delay["early"] == 0
     assert non_negative(delay["median_ms"]) and non_negative(delay["max_ms"])
     assert effects["done"] == effects["effects"] > 0 and positive(effects["effects_per_s"])
+
+
+def test_quick_scaling_study_runs_every_study(tmp_path: Path) -> None:
+    """``scaling.py --quick``: every study yields numbers and the drained counter is exact."""
+    out = tmp_path / "scaling.json"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "scaling.py"), "--quick", "--json", str(out)],
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(scratch)},
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert list(scratch.iterdir()) == [], "the temporary database was not removed"
+    report = json.loads(out.read_text())
+    assert [r["rows"] for r in report["rows"]] == [110, 200]
+    for step in report["rows"]:
+        for shape in ("warm", "spread"):
+            assert step[shape]["errors"] == 0 and positive(step[shape]["ops_per_s"]), step
+    assert [s["state_bytes"] for s in report["state"]] == [100, 10_000]
+    assert all(s["errors"] == 0 and positive(s["ops_per_s"]) for s in report["state"])
+    assert [d["depth"] for d in report["depth"]] == [1, 10]
+    for cell in report["depth"]:
+        assert positive(cell["drain_turns_per_s"]) and positive(cell["write_tx_per_message"])
