@@ -384,3 +384,33 @@ def test_the_doctor_says_when_the_redis_wake_up_path_is_down(
     (wakeup,) = [c for c in report.checks if c.name == "wake-up"]
     assert wakeup.status == "warn" and "does not answer" in wakeup.detail
     assert report.ok  # a warning: polling still carries every call
+
+
+def test_a_stale_peer_is_recovered_and_logged_by_a_live_process(
+    make_runtime: Callable[..., Runtime], caplog: pytest.LogCaptureFixture
+) -> None:
+    rt = make_runtime(workers=1, lease_duration=0.3)
+    rt.register(Counter)
+    rt.ref(Counter, "orphan").add.send(n=1)
+    store = rt.store
+
+    def plant(tx: Any) -> None:  # a process that died holding the actor's lease
+        store.register_process(
+            tx, owner="999-dead", host="gone", pid=999, version="0", actor_types="[]", ttl_ms=-5000
+        )
+        tx.run(
+            "UPDATE solid_actors SET lease_owner = '999-dead', lease_token = 't', "
+            "lease_expires_at = {now} + 60000"
+        )
+
+    store.transact(plant)
+    with caplog.at_level("WARNING", logger="solid_objects.processes"), rt:
+        wait_until(
+            lambda: rt.ref(Counter, "orphan").snapshot() == {"applied": [1]},
+            STEP,
+            "the dead process's actor to be taken over before its lease expired",
+        )
+    (record,) = [r for r in caplog.records if getattr(r, "solid_process", None) == "999-dead"]
+    assert "released its 1 leases" in record.getMessage()
+    (dead,) = [p for p in ops(rt).list_processes(include_stopped=True).items if p.pid == 999]
+    assert (dead.state, dead.stop_reason) == ("stopped", "stale")

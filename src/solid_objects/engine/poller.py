@@ -157,6 +157,7 @@ class Poller:
         interval = _MIN_POLL
         renew_every = self.options.lease_duration / 3
         next_maintenance = time.monotonic() + renew_every
+        failures = 0
         while not pool.stopping:
             found = 0
             sleep = self.options.poll_interval
@@ -169,16 +170,29 @@ class Poller:
                     self.retention.start_if_due()
                 if not found:
                     found, sleep = self._due_work()
-            except DB_ERRORS:
-                log.exception("poll failed; retrying")
+                if failures:
+                    log.warning("the database answers again after %d failed polls", failures)
+                    failures = 0
+            except DB_ERRORS as exc:
+                # Once per outage with the traceback, then quietly: a restart must not
+                # flood the log, and the loop backs off instead of spinning.
+                if failures == 0:
+                    log.exception("poll failed; retrying with backoff")
+                else:
+                    log.debug("poll failed again: %r", exc)
+                failures += 1
+                found = 0
+                next_maintenance = max(next_maintenance, time.monotonic() + interval)
             except Exception:
                 log.exception("poller error")
+                found = 0
+                next_maintenance = max(next_maintenance, time.monotonic() + interval)
             if found:
                 interval = _MIN_POLL
                 continue
             interval = min(interval * 2, self.options.poll_interval)
             sleep = min(sleep, interval, next_maintenance - time.monotonic())
-            self._wake.wait(max(sleep, 0.0))
+            self._wake.wait(max(sleep, _MIN_POLL if failures else 0.0))
             self._wake.clear()
 
     def _due_work(self) -> tuple[int, float]:

@@ -66,7 +66,7 @@ class Presence:
                 owner,
                 leases,
                 claims,
-                extra={"solid_action": "process_recovered", "process": owner},
+                extra={"solid_action": "process_recovered", "solid_process": owner},
             )
 
     def stopped(self, tx: Tx) -> None:
