@@ -291,6 +291,8 @@ class Settings:
     dbos_calls: int | None = None
     #: Runtime option ``wakeup_url`` (Redis) for every runtime and worker process.
     wakeup_url: str | None = None
+    #: Experiment: overrides of the library's server engine arguments (KEY=VALUE).
+    engine_options: tuple[str, ...] = ()
 
     def runtime(self, *, workers: int) -> tuple[Runtime, Meter]:
         return new_runtime(
@@ -606,6 +608,8 @@ class WorkerFleet:
         ]
         if settings.wakeup_url:
             command += ["--wakeup-url", settings.wakeup_url]
+        for pair in settings.engine_options:
+            command += ["--engine-option", pair]
         if not settings.trace_statements:
             command.append("--no-trace")
         self.procs = [
@@ -1324,13 +1328,50 @@ def parser() -> argparse.ArgumentParser:
         help="runtime option wakeup_url (e.g. redis://127.0.0.1:6379/0) for every "
         "runtime and worker process: cross-process wake-ups without polling",
     )
+    p.add_argument(
+        "--engine-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="experiment: override the library's server engine argument KEY (VALUE as JSON), "
+        "e.g. pool_size=64 or pool_pre_ping=false; repeatable; also in worker processes",
+    )
     p.add_argument("--json", type=Path, help="write the full report as JSON here")
     p.add_argument("--worker-process", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
+def override_engine_options(pairs: list[str]) -> dict[str, Any]:
+    """An experiment: change the library's server engine settings from outside.
+
+    ``KEY=VALUE`` pairs (VALUE as JSON: ``64``, ``false``) are added to the keyword
+    arguments ``solid_objects.runtime`` passes to ``create_engine`` for PostgreSQL
+    and MySQL/MariaDB, e.g. ``pool_size=64`` or ``pool_pre_ping=false``. Nothing
+    under ``src/`` changes; the report records the overrides.
+    """
+    import solid_objects.runtime as runtime_module
+
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--engine-option wants KEY=VALUE, got {pair!r}")
+        overrides[key] = json.loads(value)
+    if not overrides:
+        return overrides
+    original = getattr(runtime_module, "create_engine")  # noqa: B009 (not exported)
+
+    def patched(url: Any, **kwargs: Any) -> Any:
+        if make_url(url).get_backend_name() != "sqlite":
+            kwargs.update(overrides)
+        return original(url, **kwargs)
+
+    setattr(runtime_module, "create_engine", patched)  # noqa: B010 (not exported)
+    return overrides
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    override_engine_options(args.engine_option or [])
     if args.worker_process:
         return worker_process_main(
             args.url, args.workers, args.sqlite_synchronous, not args.no_trace, args.wakeup_url
@@ -1376,6 +1417,7 @@ def main(argv: list[str] | None = None) -> int:
         dbos_python=args.dbos_python,
         dbos_calls=args.dbos_calls,
         wakeup_url=args.wakeup_url,
+        engine_options=tuple(args.engine_option or ()),
     )
     try:
         report = run(settings, display_url if args.url else "temporary SQLite file")
