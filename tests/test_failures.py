@@ -207,13 +207,13 @@ def test_a_message_that_keeps_killing_its_worker_becomes_a_dead_letter(
     message = rt.ref(Flaky, "k").work.send(tag="killer")
     with rt.store.read() as tx:
         pk = tx.scalar("SELECT pk FROM solid_actors WHERE actor_id = 'k'")
-    for _ in range(3):  # three claims that never commit: as if the worker died each time
+    for n in range(3):  # three claims that never commit: three workers died in turn
         with rt.store.read() as tx:
             generation = tx.scalar(
                 "SELECT lease_generation FROM solid_actors WHERE pk = :pk", {"pk": pk}
             )
         claimed = rt.store.transact(
-            lambda tx, g=generation: rt.store.claim(tx, pk, g, "dead-worker", 1)
+            lambda tx, g=generation, n=n: rt.store.claim(tx, pk, g, f"dead-worker-{n}", 1)
         )
         assert claimed is not None
         rt.store.transact(
@@ -226,3 +226,29 @@ def test_a_message_that_keeps_killing_its_worker_becomes_a_dead_letter(
         message.result()
     assert "without finishing" in info.value.error["message"]
     assert "killer" not in Flaky.calls
+
+
+def test_a_process_retaking_its_own_expired_lease_uses_up_no_attempt(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """A live process whose lease expired (paused, slow commit) is not a crash: retaking
+    the actor does not count as another start of the head message."""
+    rt = make_runtime(workers=0, max_attempts=2)
+    message = rt.ref(Flaky, "p").work.send(tag="paused")
+    with rt.store.read() as tx:
+        pk = tx.scalar("SELECT pk FROM solid_actors WHERE actor_id = 'p'")
+    for _ in range(5):
+        with rt.store.read() as tx:
+            generation = tx.scalar(
+                "SELECT lease_generation FROM solid_actors WHERE pk = :pk", {"pk": pk}
+            )
+        assert rt.store.transact(lambda tx, g=generation: rt.store.claim(tx, pk, g, rt.owner, 1))
+        rt.store.transact(
+            lambda tx: tx.run(
+                "UPDATE solid_actors SET lease_expires_at = 0 WHERE pk = :pk", {"pk": pk}
+            )
+        )
+    with rt.store.read() as tx:
+        assert tx.scalar("SELECT attempt FROM solid_actors WHERE pk = :pk", {"pk": pk}) == 1
+    rt.testing.drain()
+    assert message.result() == ["paused"]

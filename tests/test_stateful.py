@@ -300,11 +300,6 @@ class Tally(Actor):
         return self.n
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug (found by the soak, docs/correctness.md): every claim counts as a start "
-    "of the head message, so max_attempts lease losses dead-letter a message that never failed",
-)
 def test_a_worker_paused_past_its_lease_five_times_still_runs_the_message(
     make_runtime: Callable[..., Runtime],
 ) -> None:

@@ -557,12 +557,16 @@ class Store(
             ):
                 lease = Lease(pk, claim_for, new_token(), int(generation) + 1)
                 params.update(
-                    owner=lease.owner, token=lease.token, gen=lease.generation, lease_ms=lease_ms
+                    owner=lease.owner,
+                    token=lease.token,
+                    gen=lease.generation,
+                    lease_ms=lease_ms,
+                    started=0 if owner == claim_for else 1,  # see claim()
                 )
                 tx.run(
                     "UPDATE {actors} SET next_seq = :seq + 1, ready_at = :now, "
                     "lease_owner = :owner, lease_token = :token, lease_generation = :gen, "
-                    "lease_expires_at = :now + :lease_ms, attempt = attempt + 1, "
+                    "lease_expires_at = :now + :lease_ms, attempt = attempt + :started, "
                     "updated_at = :now WHERE pk = :pk AND next_seq = :seq",
                     params,
                 )
@@ -670,16 +674,27 @@ class Store(
         return [ReadyActor(int(r[0]), r[1], int(r[2])) for r in rows]
 
     def claim(self, tx: Tx, pk: int, generation: int, owner: str, lease_ms: int) -> Claimed | None:
-        """Take a free or expired lease (compare-and-set on the generation)."""
+        """Take a free or expired lease (compare-and-set on the generation).
+
+        A claim counts as a start of the head message (``attempt``), so a message whose
+        worker dies every time runs out of attempts, except when this process retakes
+        its own expired lease: it is alive, so the message did not kill it (it was
+        paused past the lease, or its commit failed), and a pause must not use up the
+        message's attempts.
+        """
         lease = Lease(pk, owner, new_token(), generation + 1)
         changed = tx.run(
-            "UPDATE {actors} SET lease_owner = :owner, lease_token = :token, "
-            "lease_generation = :gen + 1, lease_expires_at = {now} + :lease_ms, "
-            "attempt = attempt + 1 "
+            # attempt first: MySQL evaluates SET assignments left to right, so a later
+            # one would see the new lease_owner.
+            "UPDATE {actors} SET "
+            "attempt = attempt + CASE WHEN lease_owner = :claimer THEN 0 ELSE 1 END, "
+            "lease_owner = :owner, lease_token = :token, "
+            "lease_generation = :gen + 1, lease_expires_at = {now} + :lease_ms "
             "WHERE pk = :pk AND lease_generation = :gen AND ready_at <= {now} "
             "AND paused = 0 AND (lease_owner IS NULL OR lease_expires_at <= {now})",
             {
                 "owner": owner,
+                "claimer": owner,  # a second name: PostgreSQL types each use of one apart
                 "token": lease.token,
                 "gen": generation,
                 "lease_ms": lease_ms,
