@@ -59,6 +59,25 @@ def test_call_returns_committed_result_and_send_waits(make_runtime: Callable[...
         assert c.send(Counter.add, n=0).wait() == 10
 
 
+def test_waiting_for_a_message_a_local_worker_already_finished_reads_it_at_once(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """``send()`` registers no waiter: a worker here may commit the turn before
+    ``wait()`` starts, and nobody hands the outcome over. ``wait`` reads the row first
+    instead of trusting the local worker to resolve it (which took up to 250 ms)."""
+    rt = make_runtime(workers=2)
+    with rt:
+        c = rt.ref(Counter, "late")
+        c.add(n=1)  # this process now holds the actor: its messages run here
+        m = c.add.send(n=1)
+        for _ in range(1000):
+            if m.status() == "completed":
+                break
+            threading.Event().wait(0.005)
+        assert rt._pool.holds_identity("Counter", "late")
+        assert m.wait(timeout=0.1) == 2  # well under the 250 ms safety-net read
+
+
 def test_positional_arguments_bind_to_the_signature(make_runtime: Callable[..., Runtime]) -> None:
     with make_runtime() as rt:
         assert rt.ref(Counter, "p").add(7) == 7

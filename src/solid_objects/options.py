@@ -45,6 +45,10 @@ class Options:
     sqlite_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
     #: Seconds a statement waits for a lock held by another connection.
     busy_timeout: float = 30.0
+    #: Connections the runtime's pool keeps open (None: ``workers + effect_workers + 8``).
+    #: Raise it to the number of application threads that call at once: above it, each
+    #: transaction opens and closes a connection of its own (costly, TLS especially).
+    pool_size: int | None = None
     #: Prefix of the library's table names.
     table_prefix: str = "solid_"
     #: Redis URL for cross-process wake-ups (``redis://127.0.0.1:6379/0``), published after
@@ -96,6 +100,8 @@ class Options:
             positive(name)
         if self.retention is not None:
             positive("retention")
+        if self.pool_size is not None:
+            positive("pool_size", integer=True)
         positive("workers", integer=True, zero=True)
         for name in (
             "max_attempts",

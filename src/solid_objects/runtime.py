@@ -64,16 +64,18 @@ def _create_engine(database: str | URL | Engine, options: Options) -> Engine:
                 "e.g. sqlite:///app.db"
             )
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": options.busy_timeout}
-        kwargs["pool_size"] = options.workers + 8
         kwargs["max_overflow"] = 64
     else:
-        kwargs["pool_size"] = options.workers + 4
         kwargs["max_overflow"] = 32
         # Pre-ping costs a round trip per checkout but keeps reads from failing on a
         # pooled connection the server closed; a write whose connection dies before
         # COMMIT runs again on a fresh one (Store.transact).
         kwargs["pool_pre_ping"] = True
         kwargs["pool_recycle"] = 1800
+    # Workers, effect runners, the poller and callers each hold a connection only for one
+    # transaction; overflow connections are closed on return, so a pool smaller than the
+    # usual concurrency reconnects on every transaction.
+    kwargs["pool_size"] = options.pool_size or options.workers + options.effect_workers + 8
     try:
         return create_engine(url, **kwargs)
     except (NoSuchModuleError, ModuleNotFoundError) as exc:

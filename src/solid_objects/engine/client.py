@@ -58,11 +58,13 @@ class _Poll:
     Otherwise the row is read with a backoff from 2 ms to 50 ms.
     """
 
-    def __init__(self, waiters: Waiters, message_id: str) -> None:
+    def __init__(self, waiters: Waiters, message_id: str, *, read_first: bool = False) -> None:
         self._waiters = waiters
         self._id = message_id
         self.delay = _FIRST_POLL
-        self._last_read = time.monotonic()
+        # A wait that starts after the enqueue (``send().wait()``) may find the turn
+        # already committed, its outcome handed to nobody: read the row at once.
+        self._last_read = -_LOCAL_POLL if read_first else time.monotonic()
 
     def should_read(self) -> bool:
         where = self._waiters.where(self._id)
@@ -298,9 +300,10 @@ class Client:
     def wait(self, message: MessageReference[Any], timeout: float | None) -> Any:
         limit = self.options.call_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
+        late = not self.waiters.has(message.id)  # not registered before its enqueue
         future: Future[Outcome] = self.waiters.register(message.id)
         self._mark_if_local(message)
-        poll = _Poll(self.waiters, message.id)
+        poll = _Poll(self.waiters, message.id, read_first=late)
         try:
             while True:
                 remaining = deadline - time.monotonic()
@@ -328,9 +331,10 @@ class Client:
         """The asyncio wait: the same loop, awaiting instead of blocking."""
         limit = self.options.call_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
+        late = not self.waiters.has(message.id)  # not registered before its enqueue
         future = asyncio.wrap_future(self.waiters.register(message.id))
         self._mark_if_local(message)
-        poll = _Poll(self.waiters, message.id)
+        poll = _Poll(self.waiters, message.id, read_first=late)
         try:
             while True:
                 remaining = deadline - time.monotonic()
