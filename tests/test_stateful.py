@@ -98,8 +98,13 @@ class Interleavings(RuleBasedStateMachine):
         HANDLED.clear()
         self.folder = Path(tempfile.mkdtemp(prefix="solid-stateful-"))
         self.database = ExitStack()
-        self.url = self.database.enter_context(fresh_database(self.backend, self.folder))
-        self.rt = runtime(self.url)
+        self.database.callback(shutil.rmtree, self.folder, ignore_errors=True)
+        try:
+            self.url = self.database.enter_context(fresh_database(self.backend, self.folder))
+            self.rt = runtime(self.url)
+        except BaseException:
+            self.database.close()  # no teardown follows a failed __init__
+            raise
         self.dead: list[Runtime] = []
         self.acknowledged: dict[str, list[int]] = {a: [] for a in ACTORS}
         self.uncertain: set[int] = set()
@@ -215,7 +220,6 @@ class Interleavings(RuleBasedStateMachine):
                 rt._pool.release_all = lambda: None  # type: ignore[method-assign]
                 rt.close()
             self.database.close()
-            shutil.rmtree(self.folder, ignore_errors=True)
 
     def check_after_recovery(self) -> None:
         survivor = runtime(self.url)
