@@ -103,6 +103,8 @@ def main() -> int:
             sys.stdout.flush()
             if args.stop:
                 break
+            if kind == "error":
+                time.sleep(1)  # a database server restarting: do not burn rounds meanwhile
         print(f"round {rounds}: steps so far {dict(STEPS)}", flush=True)
     crashes = sum(n for kind, n in INJECTED.items() if kind.startswith("crash"))
     print(
