@@ -1,9 +1,9 @@
 """Real-process tests of the contract: several OS processes sharing one database.
 
-Each test runs on SQLite, PostgreSQL and MariaDB, except the SIGSTOP tests,
-which run on SQLite only (they first make sure the stopped process does not hold
-SQLite's write lock; on the servers a process stopped inside a transaction would
-hold row locks that block the takeover until it is continued).
+Each test runs on SQLite, PostgreSQL and MariaDB. The SIGSTOP tests first make
+sure the stopped process holds no write lock (SQLite's file lock; on a server, an
+open transaction and its row locks), since a process stopped inside a transaction
+blocks the takeover until it is continued: that is the database, not the lease.
 
 Workers are real ``python -m solid_objects worker tests.apps.procapp:runtime``
 processes; the test process is a caller-only runtime (``workers=0``), and one
@@ -233,22 +233,57 @@ def write_locked(db_path: Path) -> bool:
         conn.close()
 
 
-def stop_outside_write_lock(worker: Worker, db_path: Path) -> float:
-    """SIGSTOP ``worker`` at a moment it does not hold SQLite's write lock; return when.
+def open_transactions(url: str) -> int:
+    """Transactions holding row locks in the test's database right now, other than ours.
 
-    A process stopped inside a write transaction would block every other
-    writer of the file until it is continued: that is SQLite, not the lease
-    protocol this test is about, so such a moment is skipped.
+    Server-wide on PostgreSQL (the test schemas share one database): run alone, as CI
+    does, only the test's own processes count.
     """
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            if engine.dialect.name == "postgresql":
+                query = (  # a transaction holds a transactionid lock once it wrote
+                    "SELECT COUNT(DISTINCT a.pid) FROM pg_stat_activity a JOIN pg_locks l "
+                    "ON l.pid = a.pid WHERE l.locktype = 'transactionid' "
+                    "AND a.pid <> pg_backend_pid() AND a.datname = current_database()"
+                )
+            else:
+                query = (
+                    "SELECT COUNT(*) FROM information_schema.innodb_trx t "
+                    "JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id "
+                    "WHERE t.trx_mysql_thread_id <> CONNECTION_ID() AND p.db = DATABASE() "
+                    "AND (t.trx_rows_locked > 0 OR t.trx_rows_modified > 0)"
+                )
+            return int(conn.exec_driver_sql(query).scalar() or 0)
+    finally:
+        engine.dispose()
+
+
+def stop_outside_write_lock(worker: Worker, cluster: Cluster) -> float:
+    """SIGSTOP ``worker`` at a moment it holds no write lock; return when.
+
+    A process stopped inside a write transaction would block the other writers (of
+    the whole file on SQLite, of the rows it locked on a server) until it is
+    continued: that is the database, not the lease protocol these tests are about,
+    so such a moment is skipped.
+    """
+    url = cluster.url
     for _ in range(50):
         os.kill(worker.pid, signal.SIGSTOP)
         wait_until(worker.stopped, 5, f"{worker.name} to stop")
         stopped_at = time.time()
-        if not write_locked(db_path):
+        if url.startswith("sqlite"):
+            locked = write_locked(cluster.db_path)
+        else:
+            locked = open_transactions(url) > 0
+        if not locked:
             return stopped_at
         os.kill(worker.pid, signal.SIGCONT)
         time.sleep(0.01)
-    raise AssertionError(f"{worker.name} held the write lock at every attempt to stop it")
+    raise AssertionError(f"{worker.name} held a write lock at every attempt to stop it")
 
 
 # --- 1. several processes: per-identity order and exactly-once state -------------------
@@ -403,7 +438,6 @@ def ends_by(cluster: Cluster, actor: str, item: int) -> list[int]:
     return [e["pid"] for e in cluster.events("end", actor, item)]
 
 
-@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_sigstopped_worker_finishes_its_turn_late_but_its_commit_is_refused(
     cluster: Cluster,
 ) -> None:
@@ -421,7 +455,7 @@ def test_sigstopped_worker_finishes_its_turn_late_but_its_commit_is_refused(
     (b,) = (w for w in workers.values() if w is not a)
     later = [log.append.send(item=i, journal=journal) for i in (1, 2, 3)]
 
-    stopped_at = stop_outside_write_lock(a, cluster.db_path)
+    stopped_at = stop_outside_write_lock(a, cluster)
     try:
         cluster.gate.unlink()  # B's re-run goes through; A's turn ends as soon as it runs again
         results = [m.wait(timeout=STEP) for m in (m0, *later)]
@@ -456,7 +490,6 @@ def test_sigstopped_worker_finishes_its_turn_late_but_its_commit_is_refused(
     assert b.alive()
 
 
-@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_worker_resumed_while_the_new_holder_is_mid_turn_cannot_commit(
     cluster: Cluster,
 ) -> None:
@@ -478,7 +511,7 @@ def test_worker_resumed_while_the_new_holder_is_mid_turn_cannot_commit(
     (b,) = (w for w in workers.values() if w is not a)
     m1 = log.append.send(item=1, journal=journal)
 
-    stopped_at = stop_outside_write_lock(a, cluster.db_path)
+    stopped_at = stop_outside_write_lock(a, cluster)
     try:
         Path(f"{gate}.{a.pid}").touch()  # A may leave the gate once it runs again; B may not
         b_start = wait_until(
@@ -512,7 +545,6 @@ def test_worker_resumed_while_the_new_holder_is_mid_turn_cannot_commit(
     assert a.alive() and b.alive()
 
 
-@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_worker_paused_past_its_lease_cannot_commit_even_if_nobody_took_over(
     cluster: Cluster,
 ) -> None:
@@ -530,7 +562,7 @@ def test_worker_paused_past_its_lease_cannot_commit_even_if_nobody_took_over(
 
     m0 = log.append.send(item=0, gate=gate, journal=journal)
     assert cluster.first_start("expired", 0)["pid"] == a.pid
-    stop_outside_write_lock(a, cluster.db_path)
+    stop_outside_write_lock(a, cluster)
     try:
         cluster.gate.unlink()
         time.sleep(lease + 0.5)  # every renewal happened before the stop
