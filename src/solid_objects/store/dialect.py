@@ -8,6 +8,7 @@ inside the statement that uses it. On PostgreSQL that is
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -255,8 +256,20 @@ class PostgreSQLDialect(Dialect):
     settings_sql = (
         ("version", "SHOW server_version"),
         ("transaction_isolation", "SHOW transaction_isolation"),
+        ("lock_timeout", "SHOW lock_timeout"),
     )
     update_returning = True
+
+    def configure(self, engine: Engine, options: dict[str, Any]) -> None:
+        lock_ms = max(1, int(options["busy_timeout"] * 1000))
+
+        @event.listens_for(engine, "connect")
+        def _connect(dbapi_conn: Any, _record: Any) -> None:
+            # A row lock held by a stalled transaction must not hold a caller past its
+            # deadline (PostgreSQL waits forever by default). SET is transactional here.
+            with dbapi_conn.cursor() as cur:
+                cur.execute(f"SET lock_timeout = {lock_ms}")
+            dbapi_conn.commit()
 
     def is_transient(self, error: BaseException | None) -> bool:
         # deadlock_detected, serialization_failure
@@ -275,6 +288,7 @@ class MySQLDialect(Dialect):
     settings_sql = (
         ("version", "SELECT VERSION()"),
         ("time_zone", "SELECT @@SESSION.time_zone"),
+        ("lock_wait_timeout", "SELECT @@SESSION.innodb_lock_wait_timeout"),
     )
 
     def settings(self, tx: Tx) -> dict[str, str]:
@@ -290,11 +304,15 @@ class MySQLDialect(Dialect):
         return bool(args) and args[0] in (1213, 1205)
 
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
+        # Lock waits bounded like PostgreSQL's (whole seconds here; the default is 50).
+        lock_s = max(1, math.ceil(options["busy_timeout"]))
+
         @event.listens_for(engine, "connect")
         def _connect(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
             cur.execute("SET SESSION time_zone = '+00:00'")
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            cur.execute(f"SET SESSION innodb_lock_wait_timeout = {lock_s}")
             cur.close()
 
     _LOCK = "CONCAT(DATABASE(), '.solid_objects_install')"
