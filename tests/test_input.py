@@ -55,6 +55,8 @@ def assert_nothing_written(rt: Runtime) -> None:
         (lambda r: r.blob(data=object()), InvalidArguments),
         (lambda r: r.blob(data={1: "int keys are fine in JSON objects only as text"}), None),
         (lambda r: r.blob(data="\ud800"), InvalidArguments),
+        (lambda r: r.blob(data={1: "a", "1": "b"}), InvalidArguments),  # one would be lost
+        (lambda r: r.blob(data=[{True: 1, "true": 2}]), InvalidArguments),
         (lambda r: r.blob(data="x" * (2 << 20)), PayloadTooLarge),
         (lambda r: r.nope(), UnknownOperation),
         (lambda r: r._secret(), UnknownOperation),
@@ -146,6 +148,8 @@ def test_unregistrable_classes_are_refused(make_runtime: Callable[..., Runtime])
         {"lease_duration": "30"},
         {"workers": -1},
         {"workers": 1.5},
+        {"workers": 10**30},
+        {"pool_size": 0},
         {"max_attempts": 0},
         {"sqlite_synchronous": "OFF"},
         {"table_prefix": "Bad-Prefix"},

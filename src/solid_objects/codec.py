@@ -55,6 +55,7 @@ def reject_non_finite(value: Any, *, what: str, depth: int = 0) -> None:
         if value != value or value in (float("inf"), float("-inf")):
             raise InvalidArguments(f"{what} contains {value!r}, which JSON cannot represent")
     elif isinstance(value, dict):
+        _reject_colliding_keys(value, what=what)
         for key, item in value.items():
             reject_non_finite(key, what=what, depth=depth + 1)  # {nan: 1} dumps as {"None": 1}
             reject_non_finite(item, what=what, depth=depth + 1)
@@ -64,6 +65,21 @@ def reject_non_finite(value: Any, *, what: str, depth: int = 0) -> None:
     elif hasattr(value, "__dict__") and not isinstance(value, type):
         for item in vars(value).values():
             reject_non_finite(item, what=what, depth=depth + 1)
+
+
+def _reject_colliding_keys(value: dict[Any, Any], *, what: str) -> None:
+    """JSON keys are strings: ``{1: "a", "1": "b"}`` would keep only one of the two."""
+    if all(isinstance(key, str) for key in value):
+        return
+    seen: set[str] = set()
+    for key in value:
+        forms = {key} if isinstance(key, str) else {str(key), json.dumps(key, default=str)}
+        if forms & seen:
+            raise InvalidArguments(
+                f"{what} has keys that are the same in JSON ({key!r} and another): "
+                "one value would be lost"
+            )
+        seen |= forms
 
 
 def decode_json(text: str | None) -> Any:

@@ -10,6 +10,9 @@ from typing import Any, Literal
 
 from .errors import ConfigurationError
 
+#: More threads or connections than this per runtime is a mistake, not a setting.
+_MAX_THREADS = 1024
+
 
 @dataclass(frozen=True)
 class Options:
@@ -113,6 +116,10 @@ class Options:
             "effect_max_attempts",
         ):
             positive(name, integer=True)
+        for name in ("workers", "effect_workers", "pool_size"):
+            count = getattr(self, name)
+            if count is not None and count > _MAX_THREADS:
+                raise ConfigurationError(f"{name} must be at most {_MAX_THREADS}, not {count}")
         if self.lease_duration < 0.05:
             raise ConfigurationError("lease_duration must be at least 0.05 seconds")
         if self.sqlite_synchronous not in ("NORMAL", "FULL"):
