@@ -219,9 +219,9 @@ class SQLiteDialect(Dialect):
             # Take transaction control from the sqlite3 module: we issue BEGIN ourselves.
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute(f"PRAGMA synchronous={synchronous}")
             cur.execute(f"PRAGMA busy_timeout={busy_ms}")
+            _enable_wal(cur, busy_ms / 1000)
+            cur.execute(f"PRAGMA synchronous={synchronous}")
             cur.close()
 
     def unindexed(self, column: str) -> str:
@@ -245,6 +245,29 @@ class SQLiteDialect(Dialect):
 
     def lock_for_install(self, conn: Connection) -> None:
         pass  # BEGIN IMMEDIATE already holds the database's only write lock.
+
+
+def _enable_wal(cur: Any, timeout: float) -> None:
+    """Switch a file to WAL once; retry while other processes open it at the same time.
+
+    Changing the journal mode needs the database to itself, and SQLite reports
+    "database is locked" at once instead of waiting on the busy handler, so several
+    processes opening a fresh file together (a first deployment) must retry.
+    """
+    import sqlite3
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+                return
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 class PostgreSQLDialect(Dialect):
