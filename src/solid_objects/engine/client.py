@@ -13,7 +13,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
@@ -150,8 +150,26 @@ class Client:
         message_id = new_id()
         future = self.waiters.register(message_id, enqueueing=True)
         try:
+            arguments = operation.encode_arguments(
+                args, kwargs, limit=self.options.max_payload_bytes
+            )
+            observed = self.pool.instrument.enqueue(
+                definition.actor_type, operation.name, message_id
+            )
+            if options.delay <= 0 and self._run_here(
+                definition, actor_id, operation, arguments, message_id, future, observed
+            ):
+                return message_id
             enqueue = self._enqueue(
-                definition, actor_id, operation, args, kwargs, options, message_id
+                definition,
+                actor_id,
+                operation,
+                args,
+                kwargs,
+                options,
+                message_id,
+                arguments,
+                observed,
             )
         except BaseException:
             self.waiters.forget(message_id)
@@ -174,8 +192,13 @@ class Client:
         kwargs: Mapping[str, Any],
         options: CallOptions,
         message_id: str,
+        arguments: str | None = None,
+        observed: Callable[[Future[Any]], None] | None = None,
     ) -> Future[Enqueued]:
-        arguments = operation.encode_arguments(args, kwargs, limit=self.options.max_payload_bytes)
+        if arguments is None:
+            arguments = operation.encode_arguments(
+                args, kwargs, limit=self.options.max_payload_bytes
+            )
         self.ensure_schema()
         claim = self.pool.running and self.options.workers > 0
 
@@ -186,7 +209,10 @@ class Client:
             and self.pool.holds_identity(definition.actor_type, actor_id)
         )
 
-        observed = self.pool.instrument.enqueue(definition.actor_type, operation.name, message_id)
+        if observed is None:
+            observed = self.pool.instrument.enqueue(
+                definition.actor_type, operation.name, message_id
+            )
         traceparent = self.pool.instrument.traceparent(message_id)
 
         def body(tx: Tx) -> Enqueued:
@@ -223,6 +249,52 @@ class Client:
         future.add_done_callback(observed)
         future.add_done_callback(self._route)
         return future
+
+    def _run_here(
+        self,
+        definition: ActorDefinition,
+        actor_id: str,
+        operation: Operation,
+        arguments: str,
+        message_id: str,
+        future: Future[Outcome],
+        observed: Callable[[Future[Any]], None],
+    ) -> bool:
+        """A call to an actor this process holds idle: run it in this thread, one commit.
+
+        True when the message was committed that way (its outcome, or its first
+        retryable failure, is recorded); False when the caller must enqueue it.
+        ``async def`` operations always go to a worker: this thread may be running
+        an event loop of its own.
+        """
+        if not operation.is_async and self.pool.holds_identity(definition.actor_type, actor_id):
+            try:
+                ran = self.pool.run_here(
+                    definition.actor_type,
+                    actor_id,
+                    message_id,
+                    operation.name,
+                    arguments,
+                    self.pool.instrument.traceparent(message_id),
+                )
+            except BaseException as exc:
+                failed: Future[Enqueued] = Future()
+                failed.set_exception(exc)
+                observed(failed)
+                raise
+            if ran is None:
+                return False
+            message, outcome = ran
+            enqueued: Future[Enqueued] = Future()
+            enqueued.set_result(Enqueued(message, existing=False, claimed=None))
+            observed(enqueued)
+            if outcome.kind == "retry":  # recorded as the actor's head, retried by a worker
+                self.waiters.mark(message_id, local=False)
+                self.pool.poller.wake()
+            else:
+                future.set_result(Outcome(outcome.kind, outcome.result, outcome.error))
+            return True
+        return False
 
     def _route(self, done: Future[Enqueued]) -> None:
         """After the enqueue committed: hand the message to a local worker if we hold it."""

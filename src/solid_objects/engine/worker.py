@@ -384,16 +384,8 @@ class WorkerPool:
                         message.id, Outcome(outcome.kind, outcome.result, outcome.error)
                     )
                 due_now.extend(committed.due_now)
-                if outcome.staged and (
-                    outcome.staged.effects
-                    or outcome.staged.reminders
-                    or len(committed.due_now) < len(committed.outbound)
-                ):
-                    self.poller.wake()
-                if outcome.kind == "retry":
-                    self._drop(act)  # the lease was released with the failure
+                if not self._settle(act, message, outcome, committed):
                     continue
-                self._advance(act, message, outcome, committed.next_head)
                 if self._stopping.is_set() and self.running:
                     self._finish(act, requeue=False)
                 elif turns[act] >= self.options.max_turns_per_activation:
@@ -402,6 +394,106 @@ class WorkerPool:
                     active.append(act)
             self.deliver(due_now)
         return total
+
+    def _settle(
+        self, act: Activation, message: MessageRow, outcome: TurnOutcome, committed: Committed
+    ) -> bool:
+        """After a turn committed: move the activation on; False if it was dropped."""
+        if outcome.staged and (
+            outcome.staged.effects
+            or outcome.staged.reminders
+            or len(committed.due_now) < len(committed.outbound)
+        ):
+            self.poller.wake()
+        if outcome.kind == "retry":
+            self._drop(act)  # the lease was released with the failure
+            return False
+        self._advance(act, message, outcome, committed.next_head)
+        return True
+
+    def run_here(
+        self,
+        actor_type: str,
+        actor_id: str,
+        message_id: str,
+        operation: str,
+        arguments: str,
+        traceparent: str | None,
+    ) -> tuple[MessageRow, TurnOutcome] | None:
+        """Run a caller's message in the caller's own thread, if this process holds
+        the actor and it has nothing else to do.
+
+        The message is appended to the mailbox by its own turn's commit: one
+        transaction, fenced by the lease and by the mailbox being empty, instead of an
+        enqueue, two thread hand-offs and a turn commit. None when the actor is not
+        held idle here, or when the fence refused (another message got in first, or
+        the lease was lost): nothing was written, and the caller enqueues as usual.
+        A commit that fails raises, as a failed enqueue would.
+        """
+        with self._cond:
+            act = self._identities.get((actor_type, actor_id))
+            if (
+                act is None
+                or act.status != "idle"
+                or act.head is not None
+                or act.inbox
+                or act.check_mailbox
+                or not self.running
+                or self._stopping.is_set()
+            ):
+                return None
+            act.status = "running"
+        message = MessageRow(
+            id=message_id,
+            actor_pk=act.pk,
+            actor_type=actor_type,
+            actor_id=actor_id,
+            seq=act.done_seq + 1,
+            operation=operation,
+            arguments=arguments,
+            idempotency_key=None,
+            status="queued",
+            attempts=0,
+            result=None,
+            error=None,
+            available_at=0,
+            traceparent=traceparent,
+        )
+        act.head_attempt = 1
+        self.instrument.turn_started(message, 1)
+        outcome = self._run_turn(act, message)
+        self.instrument.turn_executed(message, 1, outcome)
+        faults.point("turn.executed")
+        if outcome.kind == "retry" and self.options.max_attempts <= 1:
+            outcome.kind = "dead"
+        turn = [(act, message, outcome)]
+
+        def body(tx: Tx) -> Committed:
+            committed = self._commit_turn(tx, act, message, outcome, False, direct=True)
+            faults.point("commit.body")
+            return committed
+
+        started = time.perf_counter()
+        try:
+            committed = self.store.transact(body, isolated=False)
+        except LeaseLost:
+            # Nothing was written; the turn ran on the cached instance: rebuild it, and
+            # read the mailbox before the next turn (another process may have sent).
+            self.instrument.committed(turn, [None], started)
+            act.instance = None
+            act.check_mailbox = True
+            self._finish(act, requeue=False)
+            return None
+        except BaseException:
+            self.instrument.committed(turn, None, started)
+            self._drop(act, release=True)
+            raise
+        faults.point("commit.committed")
+        self.instrument.committed(turn, [committed], started)
+        if self._settle(act, message, outcome, committed):
+            self._finish(act, requeue=False)
+        self.deliver(committed.due_now)
+        return message, outcome
 
     def _advance(
         self,
@@ -511,7 +603,13 @@ class WorkerPool:
         return results
 
     def _commit_turn(
-        self, tx: Tx, act: Activation, message: MessageRow, outcome: TurnOutcome, read: bool
+        self,
+        tx: Tx,
+        act: Activation,
+        message: MessageRow,
+        outcome: TurnOutcome,
+        read: bool,
+        direct: bool = False,
     ) -> Committed:
         if outcome.kind == "retry":
             delay = self.options.retry_delay(act.head_attempt)
@@ -522,6 +620,7 @@ class WorkerPool:
                 error=outcome.error or "{}",
                 attempt=act.head_attempt,
                 delay_ms=int(delay * 1000),
+                direct=direct,
             )
             return Committed(None, [], [])
         completed = outcome.kind == "completed"
@@ -544,6 +643,7 @@ class WorkerPool:
             traceparent=None
             if staged is None
             else self.instrument.traceparent(f"turn:{message.id}"),
+            direct=direct,
         )
         if savepoint is None or staged is None:
             return committed
@@ -566,7 +666,7 @@ class WorkerPool:
             if act.head_attempt >= self.options.max_attempts:
                 failed.kind = "dead"
             outcome.kind, outcome.error, outcome.staged = failed.kind, failed.error, None
-            return self._commit_turn(tx, act, message, outcome, read)
+            return self._commit_turn(tx, act, message, outcome, read, direct)
         savepoint.release()
         return committed
 

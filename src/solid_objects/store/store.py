@@ -767,6 +767,7 @@ class Store(
         staged: Staged | None = None,
         notify_done: bool = False,
         traceparent: str | None = None,
+        direct: bool = False,
     ) -> Committed:
         """Commit the head message's outcome, fenced; return the next head, if any.
 
@@ -777,6 +778,10 @@ class Store(
         ``read_next=False`` skips reading the next head when the caller already has it.
         ``staged`` (effects, reminders, messages) is written in the same transaction.
         ``notify_done`` tells a caller waiting in another process (PostgreSQL).
+
+        ``direct`` commits a message that was never enqueued (see
+        ``WorkerPool.run_here``): the same statement also appends it to the mailbox,
+        fenced on the mailbox being empty, and the message row is inserted finished.
         """
         assert message.seq is not None
         write_state = state is not None
@@ -786,8 +791,11 @@ class Store(
             + "done_seq = :seq, "
             "attempt = CASE WHEN next_seq > :seq + 1 THEN 1 ELSE 0 END, "
             "ready_at = CASE WHEN next_seq > :seq + 1 THEN {now} ELSE NULL END, "
-            "lease_expires_at = {now} + :lease_ms, updated_at = {now} "
-            "WHERE " + self._FENCE,
+            "lease_expires_at = {now} + :lease_ms, updated_at = {now}"
+            + (self._DIRECT_SET if direct else "")
+            + " WHERE "
+            + self._FENCE
+            + (self._DIRECT_FENCE if direct else ""),
             self._fence_params(
                 lease, message.seq, state=state, sv=state_version, lease_ms=lease_ms
             ),
@@ -795,19 +803,22 @@ class Store(
         if changed != 1:
             raise LeaseLost(
                 f"lease on {message.actor_type} {message.actor_id!r} was lost before the commit "
-                f"of message {message.id}"
+                f"of message {message.id}" + (" (or its mailbox was not empty)" if direct else "")
             )
-        tx.run(
-            "UPDATE {messages} SET status = :status, result = :result, error = :error, "
-            "attempts = :attempt, completed_at = {now} WHERE id = :id",
-            {
-                "status": status,
-                "result": result,
-                "error": error,
-                "attempt": attempt,
-                "id": message.id,
-            },
-        )
+        if direct:
+            self._insert_direct(tx, message, status, attempt, result, error)
+        else:
+            tx.run(
+                "UPDATE {messages} SET status = :status, result = :result, error = :error, "
+                "attempts = :attempt, completed_at = {now} WHERE id = :id",
+                {
+                    "status": status,
+                    "result": result,
+                    "error": error,
+                    "attempt": attempt,
+                    "id": message.id,
+                },
+            )
         outbound = (
             self.write_staged(
                 tx,
@@ -841,24 +852,73 @@ class Store(
         error: str,
         attempt: int,
         delay_ms: int,
+        direct: bool = False,
     ) -> None:
         """Record a retryable failure: release the lease and hold the mailbox until later.
 
         The message stays at the head, so nothing behind it runs before it
-        succeeds or becomes a dead letter (strict per-identity order).
+        succeeds or becomes a dead letter (strict per-identity order). ``direct``:
+        as in :meth:`finish_turn`, the message is appended here, as the head.
         """
         assert message.seq is not None
         changed = tx.run(
             "UPDATE {actors} SET lease_owner = NULL, lease_token = NULL, "
-            "lease_expires_at = NULL, ready_at = {now} + :delay_ms, updated_at = {now} "
-            "WHERE " + self._FENCE,
-            self._fence_params(lease, message.seq, delay_ms=delay_ms),
+            "lease_expires_at = NULL, ready_at = {now} + :delay_ms, updated_at = {now}, "
+            # the starts so far: a claim adds the next one (a warm start was not counted)
+            "attempt = :attempt"
+            + (self._DIRECT_SET if direct else "")
+            + " WHERE "
+            + self._FENCE
+            + (self._DIRECT_FENCE if direct else ""),
+            self._fence_params(lease, message.seq, delay_ms=delay_ms, attempt=attempt),
         )
         if changed != 1:
             raise LeaseLost(f"lease lost before recording the failure of message {message.id}")
+        if direct:
+            self._insert_direct(tx, message, "queued", attempt, None, error)
+            return
         tx.run(
             "UPDATE {messages} SET attempts = :attempt, error = :error WHERE id = :id",
             {"attempt": attempt, "error": error, "id": message.id},
+        )
+
+    #: A direct commit appends its message to the mailbox in the fenced UPDATE itself
+    #: (last in SET: MySQL evaluates assignments left to right)...
+    _DIRECT_SET = ", next_seq = :seq + 1"
+    #: ... and only if the mailbox was empty, so no queued message is overtaken.
+    _DIRECT_FENCE = " AND next_seq = :seq"
+
+    def _insert_direct(
+        self,
+        tx: Tx,
+        message: MessageRow,
+        status: str,
+        attempt: int,
+        result: str | None,
+        error: str | None,
+    ) -> None:
+        """The row of a message committed by the turn that ran it (see ``finish_turn``)."""
+        tx.run(
+            "INSERT INTO {messages} (id, actor_pk, actor_type, actor_id, seq, operation, "
+            "arguments, status, available_at, attempts, result, error, created_at, "
+            "completed_at, traceparent) VALUES (:id, :pk, :t, :i, :seq, :op, :args, "
+            ":status, {now}, :attempt, :result, :error, {now}, "
+            + ("NULL" if status == "queued" else "{now}")
+            + ", :tp)",
+            {
+                "id": message.id,
+                "pk": message.actor_pk,
+                "t": message.actor_type,
+                "i": message.actor_id,
+                "seq": message.seq,
+                "op": message.operation,
+                "args": message.arguments,
+                "status": status,
+                "attempt": attempt,
+                "result": result,
+                "error": error,
+                "tp": message.traceparent,
+            },
         )
 
     def renew(self, tx: Tx, owner: str, pks: Sequence[int], lease_ms: int) -> int:

@@ -1,0 +1,194 @@
+"""Direct turns: a sync call to an actor this process holds idle runs in the caller's
+thread and commits enqueue and turn in one transaction (``WorkerPool.run_here``).
+
+The contract is unchanged: per-identity order (the commit is fenced on the mailbox
+being empty, so a direct turn never overtakes a queued message), the lease fence, and
+the attempt budget. These tests run on every database.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from solid_objects import Actor, Runtime
+from solid_objects.errors import MessageFailed, Rejected
+
+from .conftest import count_rows
+
+_threads: list[int] = []
+_gate = threading.Event()
+_entered = threading.Event()
+_runs: list[str] = []
+_failures_left: dict[str, int] = {}
+
+
+class Ledger(Actor):
+    entries: list[str] = []
+
+    def write(self, text: str) -> int:
+        _threads.append(threading.get_ident())
+        _runs.append(text)
+        self.entries.append(text)
+        return len(self.entries)
+
+    def gated(self, text: str) -> int:
+        _threads.append(threading.get_ident())
+        _runs.append(text)
+        self.entries.append(text)
+        if not _gate.is_set():
+            _entered.set()
+            _gate.wait(10)
+        return len(self.entries)
+
+    def flaky(self, text: str) -> int:
+        _runs.append(text)
+        if _failures_left.get(text, 0) > 0:
+            _failures_left[text] -= 1
+            raise ConnectionError(f"{text}: not yet")
+        self.entries.append(text)
+        return len(self.entries)
+
+    def refuse(self, text: str) -> int:
+        self.entries.append(text)
+        raise Rejected(f"no {text}")
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    _threads.clear()
+    _runs.clear()
+    _failures_left.clear()
+    _gate.clear()
+    _entered.clear()
+
+
+def _wait_idle(rt: Runtime, actor_id: str) -> None:
+    """Wait until the worker that ran the claim has put the activation back to idle."""
+    pool = rt._engine.pool
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        act = pool._identities.get((Ledger.actor_type, actor_id))
+        if act is not None and act.status == "idle":
+            return
+        time.sleep(0.005)
+    raise AssertionError("the activation never went idle")
+
+
+def _transactions(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
+    """Count write transactions started from each thread (by kind)."""
+    seen: dict[str, list[int]] = {"transact": [], "transact_future": []}
+    store = rt.store
+    for name in seen:
+        original = getattr(store, name)
+
+        def counted(*args: Any, _name: str = name, _original: Any = original, **kw: Any) -> Any:
+            seen[_name].append(threading.get_ident())
+            return _original(*args, **kw)
+
+        monkeypatch.setattr(store, name, counted)
+    return seen
+
+
+def test_a_warm_call_runs_in_the_callers_thread_in_one_transaction(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with make_runtime() as rt:
+        ref = rt.ref(Ledger, "l")
+        assert ref.write(text="a") == 1  # claims the actor: runs on a worker thread
+        assert _threads[-1] != threading.get_ident()
+        _wait_idle(rt, "l")
+        seen = _transactions(rt, monkeypatch)
+        assert ref.write(text="b") == 2
+        me = threading.get_ident()
+        assert _threads[-1] == me
+        assert seen["transact"].count(me) == 1  # enqueue and turn: one transaction
+        assert seen["transact_future"].count(me) == 0
+        assert ref.snapshot() == {"entries": ["a", "b"]}
+        with rt.store.read() as tx:
+            row = tx.row(
+                "SELECT status, seq, attempts, completed_at, result FROM solid_messages "
+                "WHERE operation = 'write' ORDER BY seq DESC"
+            )
+            actor = tx.row("SELECT next_seq, done_seq, ready_at FROM solid_actors")
+        assert (row[0], row[1], row[2], row[4]) == ("completed", 2, 1, "2")
+        assert row[3] is not None
+        assert (actor[0], actor[1], actor[2]) == (3, 2, None)
+
+
+def test_a_direct_turn_never_overtakes_a_message_another_process_queued(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    # The holder polls rarely, so it does not know of the other process's message
+    # when its own caller arrives: only the commit's mailbox fence can keep the order.
+    with make_runtime(poll_interval=30.0) as rt:
+        ref = rt.ref(Ledger, "l")
+        assert ref.write(text="a") == 1
+        other = make_runtime(workers=0)
+        sent = other.ref(Ledger, "l").write.send(text="x")
+        assert ref.write(text="b") == 3
+        assert sent.wait(timeout=10) == 2
+        assert ref.snapshot() == {"entries": ["a", "x", "b"]}
+        assert count_rows(rt, "messages", "status = 'completed'") == 3
+
+
+def test_a_direct_turn_whose_lease_lapses_mid_turn_is_applied_once(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    with make_runtime() as rt:
+        ref = rt.ref(Ledger, "l")
+        assert ref.write(text="a") == 1
+        _wait_idle(rt, "l")
+        results: list[int] = []
+        caller = threading.Thread(target=lambda: results.append(ref.gated(text="b")))
+        caller.start()
+        assert _entered.wait(10)
+        assert _threads[-1] == caller.ident  # a direct turn
+        # The lease lapses while the turn runs (a long GC pause, a stalled VM).
+        rt.store.transact(lambda tx: tx.run("UPDATE solid_actors SET lease_expires_at = 0"))
+        _gate.set()
+        caller.join(20)
+        assert results == [2]
+        # The refused turn ran again (on the stale activation, refused too, then
+        # after a fresh claim) ...
+        assert _runs[:2] == ["a", "b"] and len(_runs) >= 3
+        assert ref.snapshot() == {"entries": ["a", "b"]}  # ... and was applied once
+        assert count_rows(rt, "messages") == 2
+
+
+def test_a_retryable_failure_in_a_direct_turn_counts_as_an_attempt(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    with make_runtime(max_attempts=3) as rt:
+        ref = rt.ref(Ledger, "l")
+        assert ref.write(text="a") == 1
+        _wait_idle(rt, "l")
+        _failures_left["b"] = 1
+        assert ref.flaky(text="b") == 2
+        assert _runs == ["a", "b", "b"]
+        with rt.store.read() as tx:
+            attempts = tx.scalar("SELECT attempts FROM solid_messages WHERE operation = 'flaky'")
+        assert attempts == 2
+        assert ref.write(text="c") == 3  # the actor is claimed again and goes on
+
+
+def test_a_direct_turn_within_a_budget_of_one_attempt_is_a_dead_letter(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    with make_runtime(max_attempts=1) as rt:
+        ref = rt.ref(Ledger, "l")
+        assert ref.write(text="a") == 1
+        _failures_left["b"] = 1
+        with pytest.raises(MessageFailed):
+            ref.flaky(text="b")
+        assert _runs == ["a", "b"]
+        with pytest.raises(Rejected):
+            ref.refuse(text="c")
+        assert ref.snapshot() == {"entries": ["a"]}  # neither changed the state
+        assert ref.write(text="d") == 2
+        assert count_rows(rt, "messages", "status = 'dead'") == 1
+        assert count_rows(rt, "messages", "status = 'rejected'") == 1
