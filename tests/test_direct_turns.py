@@ -192,3 +192,20 @@ def test_a_direct_turn_within_a_budget_of_one_attempt_is_a_dead_letter(
         assert ref.write(text="d") == 2
         assert count_rows(rt, "messages", "status = 'dead'") == 1
         assert count_rows(rt, "messages", "status = 'rejected'") == 1
+
+
+def test_a_retry_on_a_worker_counts_a_warm_start_too(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    # The worker-path counterpart (``send`` never runs direct): a message started on an
+    # actor that was already held, then failed, must count that start (it did not).
+    with make_runtime(max_attempts=3) as rt:
+        ref = rt.ref(Ledger, "l")
+        assert ref.write(text="a") == 1
+        _wait_idle(rt, "l")
+        _failures_left["b"] = 1
+        assert ref.flaky.send(text="b").wait(timeout=10) == 2
+        assert _runs == ["a", "b", "b"]
+        with rt.store.read() as tx:
+            attempts = tx.scalar("SELECT attempts FROM solid_messages WHERE operation = 'flaky'")
+        assert attempts == 2
