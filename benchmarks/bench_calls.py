@@ -199,7 +199,8 @@ def instrument(rt: Runtime, meter: Meter, *, trace_statements: bool) -> None:
     On SQLite every write goes through the group-commit thread: one
     ``GroupWriter._run_batch(raw, batch)`` is one database transaction holding
     ``len(batch)`` logical write transactions (transaction bodies). Elsewhere
-    each logical transaction is its own database transaction (``Dialect.write``).
+    each logical transaction is its own database transaction (``Dialect.write``,
+    or ``Dialect.statement`` for a one-statement transaction).
     Call before the runtime opens its first connection, so every connection is traced.
     """
     store = rt.store
@@ -213,15 +214,18 @@ def instrument(rt: Runtime, meter: Meter, *, trace_statements: bool) -> None:
 
         writer._run_batch = counted_batch
     else:
-        write = store.dialect.write
+        # A transaction of several statements (``write``), or one statement that is
+        # its own transaction (``statement``: a direct turn on PostgreSQL).
+        for name in ("write", "statement"):
+            original = getattr(store.dialect, name)
 
-        @contextmanager
-        def counted_write(engine: Any, render: Any) -> Iterator[Any]:
-            meter.add_commit(1)
-            with write(engine, render) as tx:
-                yield tx
+            @contextmanager
+            def counted(engine: Any, render: Any, _original: Any = original) -> Iterator[Any]:
+                meter.add_commit(1)
+                with _original(engine, render) as tx:
+                    yield tx
 
-        store.dialect.write = counted_write  # type: ignore[method-assign]
+            setattr(store.dialect, name, counted)
 
     if trace_statements and rt.engine.dialect.name != "sqlite":
         _count_tx_statements()

@@ -113,3 +113,28 @@ def test_killed_connections_lose_no_acknowledged_call(
     admin.dispose()
     assert killed > 0
     assert sum(len(g) for g in results.values()) > 0
+
+
+@pytest.mark.parametrize("backend", SERVERS, indirect=True)
+def test_a_pooled_connection_the_server_closed_while_idle_is_replaced_unseen(
+    backend: str, db_url: str
+) -> None:
+    # The pool pings only connections that sat idle (no ping per transaction): after
+    # a restart or an idle-timeout on the server, a read must not fail on a dead one.
+    name = f"solid-{uuid.uuid4().hex[:8]}"
+    database = make_url(db_url).database or ""
+    rt = Runtime(tagged(db_url, name), workers=0, call_timeout=10)
+    rt.install()
+    admin = sqlalchemy.create_engine(db_url, isolation_level="AUTOCOMMIT")
+    try:
+        ref = rt.ref(Account, "idle")
+        ref.credit.send()
+        assert ref.snapshot() == {"credits": 0}
+        time.sleep(1.5)  # longer than store.dialect.PING_AFTER_IDLE
+        assert kill_connections(admin, backend, name, database) > 0
+        for _ in range(3):
+            assert ref.snapshot() == {"credits": 0}
+            assert ref.credit.send().status() == "queued"
+    finally:
+        rt.close()
+        admin.dispose()

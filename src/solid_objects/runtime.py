@@ -67,11 +67,11 @@ def _create_engine(database: str | URL | Engine, options: Options) -> Engine:
         kwargs["max_overflow"] = 64
     else:
         kwargs["max_overflow"] = 32
-        # Pre-ping costs a round trip per checkout but keeps reads from failing on a
-        # pooled connection the server closed; a write whose connection dies before
-        # COMMIT runs again on a fresh one (Store.transact).
-        kwargs["pool_pre_ping"] = True
+        # No pool_pre_ping (a round trip per checkout) and no unconditional rollback on
+        # return (PyMySQL sends it even after COMMIT): the store pings only connections
+        # that may be dead and rolls back only open transactions (store.dialect).
         kwargs["pool_recycle"] = 1800
+        kwargs["pool_reset_on_return"] = None
     # Workers, effect runners, the poller and callers each hold a connection only for one
     # transaction; overflow connections are closed on return, so a pool smaller than the
     # usual concurrency reconnects on every transaction.

@@ -475,7 +475,24 @@ class WorkerPool:
 
         started = time.perf_counter()
         try:
-            committed = self.store.transact(body, isolated=False)
+            if (
+                outcome.staged is None
+                and outcome.kind != "retry"
+                and self.store.dialect.writable_cte
+            ):
+                self.store.finish_direct(
+                    act.lease,
+                    message,
+                    status=outcome.kind,
+                    state=outcome.state if outcome.kind == "completed" else None,
+                    state_version=act.definition.state_version if act.definition else 1,
+                    result=outcome.result,
+                    error=outcome.error,
+                    lease_ms=self.options.lease_ms,
+                )
+                committed = Committed(None, [], [])
+            else:
+                committed = self.store.transact(body, isolated=False)
         except LeaseLost:
             # Nothing was written; the turn ran on the cached instance: rebuild it, and
             # read the mailbox before the next turn (another process may have sent).

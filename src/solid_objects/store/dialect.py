@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 import re
+import select
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Connection, Engine, event, text
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 
 from ..errors import ConfigurationError, DatabaseError
 
@@ -96,6 +98,8 @@ class Dialect:
     scope_sql = "SELECT DATABASE()"
     #: ``UPDATE ... RETURNING`` (SQLite 3.35+, PostgreSQL; not MySQL or MariaDB 10).
     update_returning = False
+    #: A data-modifying ``WITH`` (PostgreSQL): a direct turn commits in one statement.
+    writable_cte = False
     begin_sql = "BEGIN"
 
     #: Settings the doctor reports: (name, SQL returning one value) per dialect.
@@ -156,6 +160,7 @@ class Dialect:
             except BaseException:
                 try:
                     raw.rollback()
+                    raw.info[_ENDED] = True
                 finally:
                     cursor.close()
                 raise
@@ -166,6 +171,29 @@ class Dialect:
                 # The server may or may not have committed: never re-run this one.
                 exc.solid_during_commit = True  # type: ignore[attr-defined]
                 raise
+            raw.info[_ENDED] = True
+
+    @contextmanager
+    def statement(self, engine: Engine, render: Any) -> Iterator[Tx]:
+        """One statement that is its own transaction (autocommit): one round trip.
+
+        Any driver error counts as "may have committed" (``commit_unknown``): the
+        statement commits on the server as it ends, so it is never blindly re-run.
+        """
+        with self._checkout(engine) as raw:
+            driver = raw.driver_connection
+            driver.autocommit = True
+            cursor = raw.cursor()
+            try:
+                yield Tx(cursor, render, raw)
+            except engine.dialect.loaded_dbapi.Error as exc:
+                exc.solid_during_commit = True  # type: ignore[attr-defined]
+                raise
+            finally:
+                cursor.close()
+                if not driver.closed:
+                    driver.autocommit = False
+            raw.info[_ENDED] = True
 
     @contextmanager
     def read(self, engine: Engine, render: Any) -> Iterator[Tx]:
@@ -175,6 +203,14 @@ class Dialect:
                 yield Tx(cursor, render, raw)
             finally:
                 cursor.close()
+            # End the snapshot now (the pool no longer does it for every connection);
+            # a connection that died after the read is only discarded: the read stands.
+            try:
+                raw.rollback()
+            except engine.dialect.loaded_dbapi.Error as exc:
+                raw.invalidate(exc)
+                return
+            raw.info[_ENDED] = True
 
     def is_transient(self, error: BaseException | None) -> bool:
         """A deadlock or serialization failure: the whole transaction may simply run again."""
@@ -190,6 +226,70 @@ class Dialect:
     def install_transaction(self, engine: Engine) -> Iterator[Connection]:
         with engine.begin() as conn:
             yield conn
+
+
+#: A pooled server connection unused for this long is pinged before it is handed out.
+PING_AFTER_IDLE = 1.0
+
+
+def ping_idle_connections(engine: Engine, idle_seconds: float = PING_AFTER_IDLE) -> None:
+    """Ping a pooled connection before use only when it may be dead, not every time.
+
+    SQLAlchemy's ``pool_pre_ping`` costs a round trip per transaction (a quarter of
+    a direct call's). Here a connection is pinged when it sat idle, or when its
+    socket has input while no query is in flight: a server that closes a connection
+    (a restart, ``pg_terminate_backend``, ``KILL``) sends that at once, and a
+    ``select()`` with no timeout sees it without a round trip. A dead connection is
+    replaced (``DisconnectionError`` makes the pool connect afresh); a write that
+    still meets one before COMMIT runs again (``Store.transact``).
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _checkin(_dbapi_conn: Any, record: Any) -> None:
+        record.info["solid_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.pop("solid_idle_since", None)
+        if since is None:
+            return  # a new connection
+        if time.monotonic() - since < idle_seconds and not _has_input(dbapi_conn):
+            return
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except Exception as exc:
+            raise DisconnectionError(f"pooled connection is dead: {exc}") from exc
+
+
+def rollback_unfinished_transactions(engine: Engine) -> None:
+    """On return to the pool, roll back only a connection whose transaction did not end.
+
+    The pool's own reset (``pool_reset_on_return``, off for the servers) rolls back
+    every time, and PyMySQL sends that ROLLBACK even right after a COMMIT: a wasted
+    round trip per transaction. :meth:`Dialect.write` and :meth:`Dialect.read` mark a
+    connection whose transaction they ended; any other is rolled back as before
+    (SQLAlchemy ``Connection`` objects roll back their own on close anyway).
+    """
+
+    @event.listens_for(engine, "reset")
+    def _reset(dbapi_conn: Any, record: Any, state: Any) -> None:
+        if not record.info.pop(_ENDED, False) and not state.terminate_only:
+            dbapi_conn.rollback()
+
+
+#: Set in a pooled connection's ``info`` when its transaction was committed or rolled back.
+_ENDED = "solid_transaction_ended"
+
+
+def _has_input(dbapi_conn: Any) -> bool:
+    """Whether an idle connection's socket is readable: the server closed it, or said
+    something unprompted. Unknown drivers count as readable (they get pinged)."""
+    try:
+        fileno = dbapi_conn.fileno() if hasattr(dbapi_conn, "fileno") else dbapi_conn._sock.fileno()
+        readable, _, _ = select.select([fileno], [], [], 0)
+    except Exception:
+        return True
+    return bool(readable)
 
 
 class SQLiteDialect(Dialect):
@@ -275,6 +375,7 @@ class PostgreSQLDialect(Dialect):
     now_ms = "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)"
     supports_skip_locked = True
     notify_sql = "SELECT pg_notify(:channel, :payload)"
+    writable_cte = True
     scope_sql = "SELECT current_database() || '.' || current_schema()"
     settings_sql = (
         ("version", "SHOW server_version"),
@@ -285,6 +386,8 @@ class PostgreSQLDialect(Dialect):
 
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
         lock_ms = max(1, int(options["busy_timeout"] * 1000))
+        ping_idle_connections(engine)
+        rollback_unfinished_transactions(engine)
 
         @event.listens_for(engine, "connect")
         def _connect(dbapi_conn: Any, _record: Any) -> None:
@@ -329,6 +432,8 @@ class MySQLDialect(Dialect):
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
         # Lock waits bounded like PostgreSQL's (whole seconds here; the default is 50).
         lock_s = max(1, math.ceil(options["busy_timeout"]))
+        ping_idle_connections(engine)
+        rollback_unfinished_transactions(engine)
 
         @event.listens_for(engine, "connect")
         def _connect(dbapi_conn: Any, _record: Any) -> None:

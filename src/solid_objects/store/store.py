@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -274,9 +274,16 @@ class Store(
     def _commit(self, body: Callable[[Tx], T], isolated: bool) -> T:
         if self._writer is not None:
             return self._writer.submit(body, isolated=isolated).result()
+        return self._retrying(body, self.dialect.write)
+
+    def _retrying(
+        self,
+        body: Callable[[Tx], T],
+        transaction: Callable[[Engine, Any], AbstractContextManager[Tx]],
+    ) -> T:
         for attempt in range(_TRANSIENT_RETRIES + 1):
             try:
-                with self.dialect.write(self.engine, self.sql) as tx:
+                with transaction(self.engine, self.sql) as tx:
                     return body(tx)
             except DatabaseError as exc:
                 # Bodies are functions of the transaction alone, so a deadlock victim, or
@@ -842,6 +849,64 @@ class Store(
             if m.status == "scheduled" and sent.delay_ms <= 0
         ]
         return Committed(head, outbound, due_now)
+
+    def finish_direct(
+        self,
+        lease: Lease,
+        message: MessageRow,
+        *,
+        status: str,
+        state: str | None,
+        state_version: int,
+        result: str | None,
+        error: str | None,
+        lease_ms: int,
+    ) -> None:
+        """``finish_turn(..., direct=True)`` of a turn that staged nothing, as one
+        statement that is its own transaction (``Dialect.writable_cte``).
+
+        One round trip instead of BEGIN, UPDATE, INSERT and COMMIT: the ``INSERT``
+        reads the fenced ``UPDATE``'s ``RETURNING``, so a refused fence writes nothing
+        and :class:`LeaseLost` is raised.
+        """
+        assert message.seq is not None
+        params = self._fence_params(
+            lease,
+            message.seq,
+            state=state,
+            sv=state_version,
+            lease_ms=lease_ms,
+            id=message.id,
+            t=message.actor_type,
+            i=message.actor_id,
+            op=message.operation,
+            args=message.arguments,
+            status=status,
+            result=result,
+            error=error,
+            tp=message.traceparent,
+        )
+        statement = (
+            "WITH turn AS (UPDATE {actors} SET "
+            + ("state = :state, state_version = :sv, " if state is not None else "")
+            + "done_seq = :seq, attempt = 0, ready_at = NULL, "
+            "lease_expires_at = {now} + :lease_ms, updated_at = {now}"
+            + self._DIRECT_SET
+            + " WHERE "
+            + self._FENCE
+            + self._DIRECT_FENCE
+            + " RETURNING pk) "
+            "INSERT INTO {messages} (id, actor_pk, actor_type, actor_id, seq, operation, "
+            "arguments, status, available_at, attempts, result, error, created_at, "
+            "completed_at, traceparent) SELECT :id, pk, :t, :i, :seq, :op, :args, :status, "
+            "{now}, 1, :result, :error, {now}, {now}, :tp FROM turn"
+        )
+        changed = self._retrying(lambda tx: tx.run(statement, params), self.dialect.statement)
+        if changed != 1:
+            raise LeaseLost(
+                f"lease on {message.actor_type} {message.actor_id!r} was lost, or its "
+                f"mailbox was not empty, before the commit of message {message.id}"
+            )
 
     def retry_later(
         self,
