@@ -211,3 +211,58 @@ def test_a_retry_on_a_worker_counts_a_warm_start_too(
         with rt.store.read() as tx:
             attempts = tx.scalar("SELECT attempts FROM solid_messages WHERE operation = 'flaky'")
         assert attempts == 2
+
+
+class Tape(Actor):
+    """Records the order of its turns; ``hold`` blocks on the gate to let a queue build."""
+
+    items: list[int] = []
+
+    def hold(self) -> int:
+        if not _gate.is_set():
+            _entered.set()
+            _gate.wait(10)
+        return len(self.items)
+
+    def push(self, n: int) -> int:
+        self.items.append(n)
+        return len(self.items)
+
+    def spoil(self, n: int) -> int:
+        self.items.append(-n)  # mutates the instance, then refuses: must not persist
+        raise Rejected("spoiled")
+
+
+def test_a_hot_identitys_queued_turns_commit_several_per_transaction_in_order(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with make_runtime(max_turns_per_activation=1000) as rt:
+        pool = rt._engine.pool
+        batches: list[list[str]] = []
+        commit = pool._commit
+
+        def recorded(pending: list[Any]) -> Any:
+            batches.append([message.operation for _, message, _ in pending])
+            return commit(pending)
+
+        monkeypatch.setattr(pool, "_commit", recorded)
+        ref = rt.ref(Tape, "t")
+        held = ref.hold.send()
+        assert _entered.wait(10)
+        sent = [ref.push.send(n=i) for i in range(20)]
+        spoiled = ref.spoil.send(n=99)
+        after = [ref.push.send(n=i) for i in range(20, 25)]
+        _gate.set()
+        assert held.wait(timeout=10) == 0
+        assert [m.wait(timeout=10) for m in sent] == list(range(1, 21))
+        with pytest.raises(Rejected):
+            spoiled.wait(timeout=10)
+        assert [m.wait(timeout=10) for m in after] == list(range(21, 26))
+        assert ref.snapshot() == {"items": list(range(25))}
+        assert max(len(b) for b in batches) >= 5  # chained: many turns, one commit
+        assert sum(len(b) for b in batches) == 27  # every turn committed once
+        with rt.store.read() as tx:
+            seqs = [r[0] for r in tx.rows("SELECT seq FROM solid_messages ORDER BY seq")]
+            attempts = {r[0] for r in tx.rows("SELECT attempts FROM solid_messages")}
+        assert seqs == list(range(1, 28))
+        assert attempts == {1}

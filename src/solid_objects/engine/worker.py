@@ -364,16 +364,17 @@ class WorkerPool:
                         self._finish(act, requeue=False)
                     continue
                 assert act.head is not None
-                self.instrument.turn_started(act.head, act.head_attempt)
-                pending.append((act, act.head, self._run_turn(act, act.head)))
-                self.instrument.turn_executed(act.head, act.head_attempt, pending[-1][2])
+                self._run_chain(
+                    act, pending, started, self.options.max_turns_per_activation - turns[act]
+                )
             if not pending:
                 break
             faults.point("turn.executed")
             active = waiting
             due_now: list[tuple[str, int]] = []
-            for (act, message, outcome), committed in zip(
-                pending, self._commit(pending), strict=True
+            results = self._commit(pending)
+            for i, ((act, message, outcome), committed) in enumerate(
+                zip(pending, results, strict=True)
             ):
                 if committed is None:
                     continue
@@ -386,6 +387,8 @@ class WorkerPool:
                 due_now.extend(committed.due_now)
                 if not self._settle(act, message, outcome, committed):
                     continue
+                if i + 1 < len(pending) and pending[i + 1][0] is act:
+                    continue  # the activation's chain goes on: decide after its last turn
                 if self._stopping.is_set() and self.running:
                     self._finish(act, requeue=False)
                 elif turns[act] >= self.options.max_turns_per_activation:
@@ -394,6 +397,49 @@ class WorkerPool:
                     active.append(act)
             self.deliver(due_now)
         return total
+
+    def _run_chain(
+        self,
+        act: Activation,
+        pending: list[tuple[Activation, MessageRow, TurnOutcome]],
+        started: float,
+        allowed: int,
+    ) -> None:
+        """Run the head turn of ``act``, then its next queued turns while they are at
+        hand, all to be committed in one transaction (a hot identity's mailbox drains
+        at several turns per commit, not one).
+
+        A chain goes on only after a completed turn with no commit action (an action
+        that fails at commit turns its turn into a failure, which later turns must not
+        have built on), only for messages already in the inbox, only on a first
+        attempt, and within the batch's time budget and the activation's fair share.
+        Each turn's fence expects the previous one's ``done_seq``, so the chain
+        commits in order or, once the lease is lost, not at all.
+        """
+        assert act.head is not None
+        message = act.head
+        committed_state = act.state_json
+        for n in range(max(allowed, 1)):
+            self.instrument.turn_started(message, act.head_attempt)
+            outcome = self._run_turn(act, message, committed_state)
+            self.instrument.turn_executed(message, act.head_attempt, outcome)
+            pending.append((act, message, outcome))
+            if (
+                n + 1 >= allowed
+                or outcome.kind != "completed"
+                or (outcome.staged is not None and outcome.staged.actions)
+                or act.head_attempt != 1
+                or time.monotonic() - started > _BATCH_BUDGET
+                or message.seq is None
+            ):
+                return
+            with self._cond:
+                following = act.inbox.pop(message.seq + 1, None)
+            if following is None:
+                return
+            if outcome.state is not None:
+                committed_state = outcome.state
+            message = following
 
     def _settle(
         self, act: Activation, message: MessageRow, outcome: TurnOutcome, committed: Committed
@@ -541,7 +587,11 @@ class WorkerPool:
         else:
             self._finish(act, requeue=False)
 
-    def _run_turn(self, act: Activation, message: MessageRow) -> TurnOutcome:
+    def _run_turn(
+        self, act: Activation, message: MessageRow, committed_state: str | None = None
+    ) -> TurnOutcome:
+        """Run one turn; ``committed_state`` is the state before it (default: the
+        activation's last committed state; in a chain, the previous turn's)."""
         if act.head_attempt > self.options.max_attempts:
             return failure(
                 RuntimeError(
@@ -565,7 +615,7 @@ class WorkerPool:
         return execute(
             act.definition,
             act.instance,
-            act.state_json,
+            act.state_json if committed_state is None else committed_state,
             message,
             self.limits,
             self.actions.names(),
@@ -583,8 +633,12 @@ class WorkerPool:
         for act, _, outcome in pending:
             if outcome.kind == "retry" and act.head_attempt >= self.options.max_attempts:
                 outcome.kind = "dead"
+        # Read the next head after an activation's last turn here, unless it is known
+        # (in the inbox); a turn followed by the next of its chain needs no read.
         read_next = [
-            message.seq is None or message.seq + 1 not in act.inbox for act, message, _ in pending
+            not (i + 1 < len(pending) and pending[i + 1][0] is act)
+            and (message.seq is None or message.seq + 1 not in act.inbox)
+            for i, (act, message, _) in enumerate(pending)
         ]
 
         def body(tx: Tx) -> list[Committed | None]:
