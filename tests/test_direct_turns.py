@@ -8,6 +8,7 @@ the attempt budget. These tests run on every database.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -266,3 +267,71 @@ def test_a_hot_identitys_queued_turns_commit_several_per_transaction_in_order(
             attempts = {r[0] for r in tx.rows("SELECT attempts FROM solid_messages")}
         assert seqs == list(range(1, 28))
         assert attempts == {1}
+
+
+class Trail(Actor):
+    """Appends each message's tag: the state must replay the mailbox in order."""
+
+    tags: list[str] = []
+
+    def mark(self, tag: str) -> int:
+        self.tags.append(tag)
+        return len(self.tags)
+
+
+def test_direct_calls_and_another_processs_sends_keep_mailbox_order_exactly_once(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    # Callers here take the direct road whenever the actor is idle; a second runtime
+    # (another process, as far as the database knows) sends to the same actors at the
+    # same time. Each actor's state must be its completed messages, in sequence order,
+    # each exactly once, and every call must have returned its own position.
+    with make_runtime() as rt:
+        other = make_runtime(workers=0)
+        ids = [f"trail-{i}" for i in range(3)]
+        for actor_id in ids:
+            rt.ref(Trail, actor_id).mark(tag="start")
+        returned: dict[str, list[tuple[str, int]]] = {actor_id: [] for actor_id in ids}
+        errors: list[BaseException] = []
+
+        def caller(k: int) -> None:
+            try:
+                for n in range(40):
+                    actor_id = ids[(k + n) % len(ids)]
+                    tag = f"c{k}-{n}"
+                    returned[actor_id].append((tag, rt.ref(Trail, actor_id).mark(tag=tag)))
+            except BaseException as exc:
+                errors.append(exc)
+
+        def sender() -> None:
+            try:
+                for n in range(60):
+                    other.ref(Trail, ids[n % len(ids)]).mark.send(tag=f"s-{n}")
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=caller, args=(k,)) for k in range(6)]
+        threads.append(threading.Thread(target=sender))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors
+        deadline = time.monotonic() + 30
+        while count_rows(rt, "messages", "status <> 'completed'") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert count_rows(rt, "messages", "status <> 'completed'") == 0
+        for actor_id in ids:
+            with rt.store.read() as tx:
+                rows = tx.rows(
+                    "SELECT m.seq, m.arguments, m.result FROM solid_messages m "
+                    "JOIN solid_actors a ON a.pk = m.actor_pk "
+                    f"WHERE a.actor_id = '{actor_id}' ORDER BY m.seq"
+                )
+            tags = [json.loads(r[1])["tag"] for r in rows]
+            assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+            assert rt.ref(Trail, actor_id).snapshot() == {"tags": tags}
+            assert len(set(tags)) == len(tags)
+            assert [int(r[2]) for r in rows] == list(range(1, len(rows) + 1))
+            for tag, position in returned[actor_id]:
+                assert tags[position - 1] == tag
