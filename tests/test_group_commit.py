@@ -1,14 +1,21 @@
-"""SQLite's group commit (``store/writer.py``): one body's failure never leaks into another's."""
+"""Group commit (``store/writer.py``): one body's failure never leaks into another's.
+
+SQLite's writer thread, and the servers' batching of one hot actor's enqueues.
+"""
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from solid_objects import Runtime
+from solid_objects.errors import DatabaseError
 from solid_objects.store import Tx
+from solid_objects.store.writer import KeyedBatcher
 
 
 def test_a_body_that_writes_then_raises_leaves_nothing_and_spares_its_batch(
@@ -42,3 +49,97 @@ def test_a_body_that_writes_then_raises_leaves_nothing_and_spares_its_batch(
         names = {r[0] for r in tx.rows("SELECT name FROM solid_schema")}
     assert names == {"solid_objects", "clean"}
     rt.close()
+
+
+# --- the servers' batching of one hot key (KeyedBatcher) ---------------------------------
+
+
+class _FakeCommits:
+    """Stands in for ``Store.transact``: records each transaction's bodies' results."""
+
+    def __init__(self, *, fail_commit: BaseException | None = None) -> None:
+        self.transactions: list[list[Any]] = []
+        self.threads: list[int] = []
+        self.hold = threading.Event()
+        self.holding = threading.Event()
+        self.fail_commit = fail_commit
+
+    def __call__(self, body: Any) -> Any:
+        if not self.transactions and not self.hold.is_set():
+            self.holding.set()
+            assert self.hold.wait(10)
+        result = body(None)
+        if self.fail_commit is not None:
+            raise self.fail_commit
+        self.transactions.append(result if isinstance(result, list) else [result])
+        self.threads.append(threading.get_ident())
+        return result
+
+
+def test_callers_of_one_hot_key_share_the_next_transaction_in_arrival_order() -> None:
+    commits = _FakeCommits()
+    batcher = KeyedBatcher(commits)
+    futures: dict[int, Any] = {}
+
+    def submit(i: int) -> None:
+        futures[i] = batcher.submit("hot", lambda tx, i=i: i)
+
+    threads = [threading.Thread(target=submit, args=(0,))]
+    threads[0].start()
+    assert commits.holding.wait(10)  # the first transaction is in flight
+    for i in range(1, 6):  # these arrive while it is: they queue, in this order
+        t = threading.Thread(target=submit, args=(i,))
+        t.start()
+        threads.append(t)
+        deadline = time.monotonic() + 10
+        while len(batcher._waiting.get("hot", [])) < i and time.monotonic() < deadline:
+            time.sleep(0.001)
+    commits.hold.set()
+    for t in threads:
+        t.join(10)
+    assert commits.transactions == [[0], [1, 2, 3, 4, 5]]
+    assert [futures[i].result() for i in range(6)] == list(range(6))
+    assert commits.threads[0] != commits.threads[1]  # no thread ran two batches
+    assert batcher._waiting == {}
+
+
+def test_a_failing_body_fails_alone_and_an_unknown_commit_fails_everyone() -> None:
+    def ok(tx: Any) -> str:
+        return "ok"
+
+    def bad(tx: Any) -> str:
+        raise ValueError("bad input")
+
+    commits = _FakeCommits()
+    batcher = KeyedBatcher(commits)
+    results: dict[str, Any] = {}
+
+    def submit(name: str, body: Any) -> None:
+        results[name] = batcher.submit("hot", body)
+
+    first = threading.Thread(target=submit, args=("first", ok))
+    first.start()
+    assert commits.holding.wait(10)
+    rest = [("a", ok), ("b", bad), ("c", ok)]
+    threads = []
+    for n, (name, body) in enumerate(rest, start=1):
+        t = threading.Thread(target=submit, args=(name, body))
+        t.start()
+        threads.append(t)
+        deadline = time.monotonic() + 10
+        while len(batcher._waiting.get("hot", [])) < n and time.monotonic() < deadline:
+            time.sleep(0.001)
+    commits.hold.set()
+    for t in [first, *threads]:
+        t.join(10)
+    assert results["a"].result() == "ok" and results["c"].result() == "ok"
+    with pytest.raises(ValueError):
+        results["b"].result()
+    # the batch failed as a whole, then each ran alone
+    assert commits.transactions == [["ok"], ["ok"], ["ok"]]
+
+    unknown = DatabaseError("COMMIT failed", None, commit_unknown=True)
+    batcher = KeyedBatcher(_FakeCommits(fail_commit=unknown))
+    batcher._commit.hold.set()  # type: ignore[attr-defined]
+    with pytest.raises(DatabaseError):
+        batcher.submit("hot", ok).result()

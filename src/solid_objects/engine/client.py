@@ -202,12 +202,14 @@ class Client:
         self.ensure_schema()
         claim = self.pool.running and self.options.workers > 0
 
-        held = (
-            self.store.dialect.update_returning
-            and options.idempotency_key is None
+        # An actor this process holds: no claim to consider, and its callers' enqueues
+        # may share a transaction (they lock the same row anyway).
+        warm = (
+            options.idempotency_key is None
             and options.delay <= 0
             and self.pool.holds_identity(definition.actor_type, actor_id)
         )
+        held = warm and self.store.dialect.update_returning
 
         if observed is None:
             observed = self.pool.instrument.enqueue(
@@ -245,7 +247,9 @@ class Client:
             faults.point("enqueue.body")
             return enqueued
 
-        future = self.store.transact_future(body, isolated=False)
+        future = self.store.transact_future(
+            body, isolated=False, key=(definition.actor_type, actor_id) if warm else None
+        )
         future.add_done_callback(observed)
         future.add_done_callback(self._route)
         return future

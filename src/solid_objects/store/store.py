@@ -32,7 +32,7 @@ from .dialect import Dialect, Tx, dialect_for
 from .outbox import OutboxStatements
 from .processes import ProcessStatements
 from .retention import RetentionStatements
-from .writer import GroupWriter
+from .writer import GroupWriter, KeyedBatcher
 
 T = TypeVar("T")
 
@@ -236,6 +236,7 @@ class Store(
             if self.dialect.group_commit
             else None
         )
+        self._batcher = KeyedBatcher(self.transact)
 
     # --- plumbing ---------------------------------------------------------------------
 
@@ -297,11 +298,18 @@ class Store(
                 time.sleep(random.uniform(0.001, 0.01) * (attempt + 1))
         raise AssertionError("unreachable")
 
-    def transact_future(self, body: Callable[[Tx], T], *, isolated: bool = True) -> Future[T]:
+    def transact_future(
+        self, body: Callable[[Tx], T], *, isolated: bool = True, key: Any = None
+    ) -> Future[T]:
         """Like :meth:`transact`, without waiting: the future completes after the commit.
 
-        Done callbacks may run on the group-commit thread; they must be quick.
+        Done callbacks may run on the group-commit thread; they must be quick. On the
+        servers (no group-commit thread) the body runs now, in this thread; bodies with
+        the same ``key`` (they lock one actor row) that arrive while one is in flight
+        share the next transaction (``writer.KeyedBatcher``).
         """
+        if key is not None and self._writer is None:
+            return self._batcher.submit(key, body)
         if self._writer is not None:
             if self.publish is None:
                 return self._writer.submit(body, isolated=isolated)

@@ -167,3 +167,94 @@ class GroupWriter:
                 future.set_result(value)
             else:
                 future.set_exception(value)
+
+
+class _Keyed:
+    __slots__ = ("batch", "body", "future", "woken")
+
+    def __init__(self, body: Callable[[Tx], Any]) -> None:
+        self.body = body
+        self.future: Future[Any] = Future()
+        #: Set when this job's batch committed (or failed), or when it must lead one.
+        self.woken = threading.Event()
+        self.batch: list[_Keyed] | None = None
+
+
+class KeyedBatcher:
+    """The servers' group commit for one hot key: callers writing to the same actor's
+    mailbox while a transaction for it is in flight join the next one.
+
+    Each enqueue locks its actor's row until it commits, so the callers of a hot actor
+    queue on that lock one transaction at a time. Here the first caller runs its
+    transaction; those arriving meanwhile wait, and the first of them then runs all
+    of theirs in one transaction (one lock acquisition, one ``COMMIT``), in arrival
+    order. No thread runs more than one batch. A batch touches one actor row, so it
+    cannot deadlock with anything a single enqueue could not. If the batch fails, each
+    body runs again alone, so only a failing one fails (unless the ``COMMIT`` itself
+    failed: then nobody knows what committed, and every caller gets the error).
+    """
+
+    def __init__(self, commit: Callable[[Callable[[Tx], Any]], Any]) -> None:
+        self._commit = commit
+        self._lock = threading.Lock()
+        #: Keys with a transaction in flight -> the jobs waiting for the next one.
+        self._waiting: dict[Any, list[_Keyed]] = {}
+
+    def submit(self, key: Any, body: Callable[[Tx], T]) -> Future[T]:
+        """Run ``body`` in a transaction for ``key``; return once it committed or failed."""
+        job = _Keyed(body)
+        with self._lock:
+            queue = self._waiting.get(key)
+            if queue is None:
+                self._waiting[key] = []
+                batch: list[_Keyed] | None = [job]
+            else:
+                queue.append(job)
+                batch = None
+        if batch is None:
+            job.woken.wait()
+            if job.future.done():
+                return job.future
+            batch = job.batch
+            assert batch is not None
+        try:
+            self._run(batch)
+        finally:
+            for stranded in batch:  # only if this thread was interrupted mid-batch
+                if not stranded.future.done():
+                    stranded.future.set_exception(RuntimeError("the enqueue was interrupted"))
+                stranded.woken.set()
+            with self._lock:
+                following = self._waiting[key]
+                if following:
+                    self._waiting[key] = []
+                else:
+                    del self._waiting[key]
+            if following:
+                following[0].batch = following
+                following[0].woken.set()
+        return job.future
+
+    def _run(self, batch: list[_Keyed]) -> None:
+        if len(batch) > 1:
+            try:
+                results = self._commit(lambda tx: [job.body(tx) for job in batch])
+            except DatabaseError as exc:
+                if exc.commit_unknown:
+                    for job in batch:
+                        job.future.set_exception(exc)
+                        job.woken.set()
+                    return
+            except Exception:
+                pass  # run each alone below, so that only a failing body fails
+            else:
+                for job, result in zip(batch, results, strict=True):
+                    job.future.set_result(result)
+                    job.woken.set()
+                return
+        for job in batch:
+            try:
+                job.future.set_result(self._commit(job.body))
+            except Exception as exc:
+                job.future.set_exception(exc)
+            job.woken.set()
