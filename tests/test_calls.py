@@ -78,6 +78,52 @@ def test_waiting_for_a_message_a_local_worker_already_finished_reads_it_at_once(
         assert m.wait(timeout=0.1) == 2  # well under the 250 ms safety-net read
 
 
+_hold = threading.Event()
+_holding = threading.Event()
+
+
+class Gate(Actor):
+    opened: int = 0
+
+    def wait_for_gate(self) -> int:
+        _holding.set()
+        assert _hold.wait(10)
+        self.opened += 1
+        return self.opened
+
+
+def test_waiting_for_a_message_still_queued_here_makes_no_read(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The counterpart of the test above: while a local worker still has the message
+    to run, the waiter registered now will get the outcome handed over, so ``wait``
+    does not read the row first (a read is three round trips on a server)."""
+    _hold.clear()
+    _holding.clear()
+    rt = make_runtime(workers=2)
+    with rt:
+        g = rt.ref(Gate, "g")
+        first = g.wait_for_gate.send()
+        assert _holding.wait(10)  # the worker holds the actor, busy with the first
+        second = g.wait_for_gate.send()
+        reads: list[str] = []
+        outcome = rt._engine.outcome
+        monkeypatch.setattr(
+            rt._engine,
+            "outcome",
+            lambda message_id: reads.append(message_id) or outcome(message_id),
+        )
+        results: list[int] = []
+        waiter = threading.Thread(target=lambda: results.append(second.wait(timeout=10)))
+        waiter.start()
+        threading.Event().wait(0.05)
+        _hold.set()
+        waiter.join(10)
+        assert results == [2]
+        assert reads == []
+        assert first.wait(timeout=10) == 1
+
+
 def test_positional_arguments_bind_to_the_signature(make_runtime: Callable[..., Runtime]) -> None:
     with make_runtime() as rt:
         assert rt.ref(Counter, "p").add(7) == 7

@@ -379,7 +379,7 @@ class Client:
         late = not self.waiters.has(message.id)  # not registered before its enqueue
         future: Future[Outcome] = self.waiters.register(message.id)
         self._mark_if_local(message)
-        poll = _Poll(self.waiters, message.id, read_first=late)
+        poll = _Poll(self.waiters, message.id, read_first=self._may_be_done(message, late))
         try:
             while True:
                 remaining = deadline - time.monotonic()
@@ -410,7 +410,7 @@ class Client:
         late = not self.waiters.has(message.id)  # not registered before its enqueue
         future = asyncio.wrap_future(self.waiters.register(message.id))
         self._mark_if_local(message)
-        poll = _Poll(self.waiters, message.id, read_first=late)
+        poll = _Poll(self.waiters, message.id, read_first=self._may_be_done(message, late))
         try:
             while True:
                 remaining = deadline - time.monotonic()
@@ -429,6 +429,15 @@ class Client:
                     raise CallTimeout(await run(self.diagnose, message.id, limit), message)
         finally:
             self.waiters.forget(message.id)
+
+    def _may_be_done(self, message: MessageReference[Any], late: bool) -> bool:
+        """Whether a waiter registered only now must read the row at once.
+
+        A message sent earlier may have finished before anyone waited, its outcome
+        handed to nobody. Unless a local worker still has it to run (the waiter is
+        registered, so the worker will hand the outcome over): then no read is needed.
+        """
+        return late and not self.pool.pending_here(message.actor_type, message.actor_id, message.id)
 
     def _mark_if_local(self, message: MessageReference[Any]) -> None:
         """A message sent earlier to an actor this process runs: wait on the future."""

@@ -169,6 +169,20 @@ class WorkerPool:
         with self._cond:
             return (actor_type, actor_id) in self._identities
 
+    def pending_here(self, actor_type: str, actor_id: str, message_id: str) -> bool:
+        """Whether a worker of this process has the message still to run (head or inbox).
+
+        True means its outcome will be handed to a waiter registered now; False means
+        it may have finished already, or runs elsewhere: read the row.
+        """
+        with self._cond:
+            act = self._identities.get((actor_type, actor_id))
+            if act is None:
+                return False
+            if act.head is not None and act.head.id == message_id:
+                return True
+            return any(m.id == message_id for m in act.inbox.values())
+
     def queued(self) -> int:
         return len(self._queue)
 
@@ -380,12 +394,16 @@ class WorkerPool:
                     continue
                 turns[act] += 1
                 total += 1
+                due_now.extend(committed.due_now)
+                # Move past the message before handing its outcome over: a caller that
+                # starts waiting meanwhile then sees it is no longer pending here
+                # (``pending_here``) and reads the row instead of waiting for a handover.
+                kept = self._settle(act, message, outcome, committed)
                 if outcome.kind != "retry":
                     self.waiters.resolve(
                         message.id, Outcome(outcome.kind, outcome.result, outcome.error)
                     )
-                due_now.extend(committed.due_now)
-                if not self._settle(act, message, outcome, committed):
+                if not kept:
                     continue
                 if i + 1 < len(pending) and pending[i + 1][0] is act:
                     continue  # the activation's chain goes on: decide after its last turn
