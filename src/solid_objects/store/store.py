@@ -799,18 +799,8 @@ class Store(
         fenced on the mailbox being empty, and the message row is inserted finished.
         """
         assert message.seq is not None
-        write_state = state is not None
         changed = tx.run(
-            "UPDATE {actors} SET "
-            + ("state = :state, state_version = :sv, " if write_state else "")
-            + "done_seq = :seq, "
-            "attempt = CASE WHEN next_seq > :seq + 1 THEN 1 ELSE 0 END, "
-            "ready_at = CASE WHEN next_seq > :seq + 1 THEN {now} ELSE NULL END, "
-            "lease_expires_at = {now} + :lease_ms, updated_at = {now}"
-            + (self._DIRECT_SET if direct else "")
-            + " WHERE "
-            + self._FENCE
-            + (self._DIRECT_FENCE if direct else ""),
+            self._finish_update(write_state=state is not None, direct=direct),
             self._fence_params(
                 lease, message.seq, state=state, sv=state_version, lease_ms=lease_ms
             ),
@@ -893,21 +883,16 @@ class Store(
             result=result,
             error=error,
             tp=message.traceparent,
+            attempt=1,
         )
         statement = (
-            "WITH turn AS (UPDATE {actors} SET "
-            + ("state = :state, state_version = :sv, " if state is not None else "")
-            + "done_seq = :seq, attempt = 0, ready_at = NULL, "
-            "lease_expires_at = {now} + :lease_ms, updated_at = {now}"
-            + self._DIRECT_SET
-            + " WHERE "
-            + self._FENCE
-            + self._DIRECT_FENCE
-            + " RETURNING pk) "
-            "INSERT INTO {messages} (id, actor_pk, actor_type, actor_id, seq, operation, "
-            "arguments, status, available_at, attempts, result, error, created_at, "
-            "completed_at, traceparent) SELECT :id, pk, :t, :i, :seq, :op, :args, :status, "
-            "{now}, 1, :result, :error, {now}, {now}, :tp FROM turn"
+            "WITH turn AS ("
+            + self._finish_update(write_state=state is not None, direct=True)
+            + " RETURNING pk) INSERT INTO {messages} ("
+            + self._FINISHED_COLUMNS
+            + ") SELECT "
+            + self._finished_values(actor_pk="pk", completed="{now}")
+            + " FROM turn"
         )
         changed = self._retrying(lambda tx: tx.run(statement, params), self.dialect.statement)
         if changed != 1:
@@ -955,6 +940,34 @@ class Store(
             {"attempt": attempt, "error": error, "id": message.id},
         )
 
+    def _finish_update(self, *, write_state: bool, direct: bool) -> str:
+        """The fenced UPDATE that commits a turn and renews the lease (``finish_turn``)."""
+        return (
+            "UPDATE {actors} SET "
+            + ("state = :state, state_version = :sv, " if write_state else "")
+            + "done_seq = :seq, "
+            "attempt = CASE WHEN next_seq > :seq + 1 THEN 1 ELSE 0 END, "
+            "ready_at = CASE WHEN next_seq > :seq + 1 THEN {now} ELSE NULL END, "
+            "lease_expires_at = {now} + :lease_ms, updated_at = {now}"
+            + (self._DIRECT_SET if direct else "")
+            + " WHERE "
+            + self._FENCE
+            + (self._DIRECT_FENCE if direct else "")
+        )
+
+    #: The columns of a message row written by the turn that ran it.
+    _FINISHED_COLUMNS = (
+        "id, actor_pk, actor_type, actor_id, seq, operation, arguments, status, "
+        "available_at, attempts, result, error, created_at, completed_at, traceparent"
+    )
+
+    @staticmethod
+    def _finished_values(*, actor_pk: str, completed: str) -> str:
+        return (
+            f":id, {actor_pk}, :t, :i, :seq, :op, :args, :status, {{now}}, :attempt, "
+            f":result, :error, {{now}}, {completed}, :tp"
+        )
+
     #: A direct commit appends its message to the mailbox in the fenced UPDATE itself
     #: (last in SET: MySQL evaluates assignments left to right)...
     _DIRECT_SET = ", next_seq = :seq + 1"
@@ -972,12 +985,13 @@ class Store(
     ) -> None:
         """The row of a message committed by the turn that ran it (see ``finish_turn``)."""
         tx.run(
-            "INSERT INTO {messages} (id, actor_pk, actor_type, actor_id, seq, operation, "
-            "arguments, status, available_at, attempts, result, error, created_at, "
-            "completed_at, traceparent) VALUES (:id, :pk, :t, :i, :seq, :op, :args, "
-            ":status, {now}, :attempt, :result, :error, {now}, "
-            + ("NULL" if status == "queued" else "{now}")
-            + ", :tp)",
+            "INSERT INTO {messages} ("
+            + self._FINISHED_COLUMNS
+            + ") VALUES ("
+            + self._finished_values(
+                actor_pk=":pk", completed="NULL" if status == "queued" else "{now}"
+            )
+            + ")",
             {
                 "id": message.id,
                 "pk": message.actor_pk,
