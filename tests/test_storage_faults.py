@@ -323,7 +323,13 @@ def test_worker_that_cannot_grow_files_fails_its_commit_cleanly_and_recovers(
         proc.terminate()
         proc.wait(timeout=STEP)
         caller.close()
-    assert "Traceback" not in stderr_path.read_text(errors="replace").split("limit lifted")[-1]
+    # After the lift nothing fails, except that the worker may still be logging the
+    # failure of a commit that hit the limit just before it (seen once in CI: the
+    # writer's warning came 1 ms before the lift, the worker's traceback 1 ms after).
+    after_lift = stderr_path.read_text(errors="replace").split("limit lifted")[-1]
+    tracebacks = after_lift.split("Traceback")[1:]
+    assert len(tracebacks) <= 1, after_lift
+    assert all(t.rstrip().endswith("disk I/O error") for t in tracebacks), after_lift
     assert integrity(path) == [("ok",)]
     assert rows_of(path, "SELECT status, COUNT(*) FROM solid_messages GROUP BY 1") == [
         ("completed", 3)
