@@ -76,29 +76,38 @@ class _FakeCommits:
         return result
 
 
-def test_callers_of_one_hot_key_share_the_next_transaction_in_arrival_order() -> None:
-    commits = _FakeCommits()
-    batcher = KeyedBatcher(commits)
-    futures: dict[int, Any] = {}
+def _queue_behind_first(
+    batcher: KeyedBatcher, commits: _FakeCommits, bodies: dict[str, Any]
+) -> dict[str, Any]:
+    """Submit the first body; once its transaction is in flight, submit the others one
+    by one (each queued before the next), then let the transactions run. The futures."""
+    futures: dict[str, Any] = {}
 
-    def submit(i: int) -> None:
-        futures[i] = batcher.submit("hot", lambda tx, i=i: i)
+    def submit(name: str) -> None:
+        futures[name] = batcher.submit("hot", bodies[name])
 
-    threads = [threading.Thread(target=submit, args=(0,))]
+    names = list(bodies)
+    threads = [threading.Thread(target=submit, args=(names[0],))]
     threads[0].start()
     assert commits.holding.wait(10)  # the first transaction is in flight
-    for i in range(1, 6):  # these arrive while it is: they queue, in this order
-        t = threading.Thread(target=submit, args=(i,))
-        t.start()
-        threads.append(t)
+    for n, name in enumerate(names[1:], start=1):  # these queue behind it, in order
+        threads.append(threading.Thread(target=submit, args=(name,)))
+        threads[-1].start()
         deadline = time.monotonic() + 10
-        while len(batcher._waiting.get("hot", [])) < i and time.monotonic() < deadline:
+        while len(batcher._waiting.get("hot", [])) < n and time.monotonic() < deadline:
             time.sleep(0.001)
     commits.hold.set()
     for t in threads:
         t.join(10)
+    return futures
+
+
+def test_callers_of_one_hot_key_share_the_next_transaction_in_arrival_order() -> None:
+    commits = _FakeCommits()
+    batcher = KeyedBatcher(commits)
+    futures = _queue_behind_first(batcher, commits, {str(i): (lambda tx, i=i: i) for i in range(6)})
     assert commits.transactions == [[0], [1, 2, 3, 4, 5]]
-    assert [futures[i].result() for i in range(6)] == list(range(6))
+    assert [futures[str(i)].result() for i in range(6)] == list(range(6))
     assert commits.threads[0] != commits.threads[1]  # no thread ran two batches
     assert batcher._waiting == {}
 
@@ -112,26 +121,7 @@ def test_a_failing_body_fails_alone_and_an_unknown_commit_fails_everyone() -> No
 
     commits = _FakeCommits()
     batcher = KeyedBatcher(commits)
-    results: dict[str, Any] = {}
-
-    def submit(name: str, body: Any) -> None:
-        results[name] = batcher.submit("hot", body)
-
-    first = threading.Thread(target=submit, args=("first", ok))
-    first.start()
-    assert commits.holding.wait(10)
-    rest = [("a", ok), ("b", bad), ("c", ok)]
-    threads = []
-    for n, (name, body) in enumerate(rest, start=1):
-        t = threading.Thread(target=submit, args=(name, body))
-        t.start()
-        threads.append(t)
-        deadline = time.monotonic() + 10
-        while len(batcher._waiting.get("hot", [])) < n and time.monotonic() < deadline:
-            time.sleep(0.001)
-    commits.hold.set()
-    for t in [first, *threads]:
-        t.join(10)
+    results = _queue_behind_first(batcher, commits, {"first": ok, "a": ok, "b": bad, "c": ok})
     assert results["a"].result() == "ok" and results["c"].result() == "ok"
     with pytest.raises(ValueError):
         results["b"].result()
