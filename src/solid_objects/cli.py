@@ -245,7 +245,9 @@ def _admin(target: str) -> Iterator[Administration]:
     except (NotFound, MessageNotFound, OperationRefused, SchemaNotInstalled, SchemaTooNew) as exc:
         raise _Failed(str(exc)) from None
     except (DatabaseError, SQLAlchemyError) as exc:
-        url = runtime.engine.url.render_as_string(hide_password=True)
+        from .redaction import redact_url
+
+        url = redact_url(runtime.engine.url)
         detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         raise _Failed(f"database {url}: {detail}") from None
     except SolidObjectsError as exc:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .actor import Actor
 from .errors import SolidObjectsError
+from .redaction import redact_url
 from .store.schema import SCHEMA_VERSION, installed_version
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def _for_app(check: Check, app: str) -> Check:
 
 
 def _connection(runtime: Runtime, checks: list[Check]) -> bool:
-    url = runtime.engine.url.render_as_string(hide_password=True)
+    url = redact_url(runtime.engine.url)
     try:
         with runtime.store.read() as tx:
             settings = runtime.store.dialect.settings(tx)
@@ -287,7 +288,7 @@ def _wakeup(runtime: Runtime, checks: list[Check]) -> None:
                 Check(
                     "wake-up",
                     "warn",
-                    f"{kind}: {runtime.options.wakeup_url} does not answer: {exc}",
+                    f"{kind}: {redact_url(runtime.options.wakeup_url)} does not answer: {exc}",
                     f"nothing is lost, but cross-process calls wait for polling (up to "
                     f"{poll:g}s): check the Redis server and wakeup_url",
                 )
@@ -391,8 +392,11 @@ def health(runtime: Runtime) -> Report:
     return Report(checks)
 
 
-def serve_health(runtime: Runtime, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
+def serve_health(runtime: Runtime, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
     """Answer ``GET /healthz`` (and ``/readyz``) with the health report: 200 or 503, JSON.
+
+    The endpoint has no authentication, so it listens on the loopback interface unless
+    the caller names another ``host`` (a Kubernetes probe needs ``0.0.0.0``).
 
     For Kubernetes probes of a worker process (``solid-objects worker --health-port``);
     the server runs in a daemon thread until ``server.shutdown()``.

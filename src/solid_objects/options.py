@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from .errors import ConfigurationError
+from .redaction import redact_url
 
 #: More threads or connections than this per runtime is a mistake, not a setting.
 _MAX_THREADS = 1024
@@ -128,7 +129,8 @@ class Options:
             r"(redis|rediss|unix)://", str(self.wakeup_url)
         ):
             raise ConfigurationError(
-                f"wakeup_url must be a redis://, rediss:// or unix:// URL, not {self.wakeup_url!r}"
+                "wakeup_url must be a redis://, rediss:// or unix:// URL, not "
+                f"{redact_url(str(self.wakeup_url))!r}"
             )
         if not isinstance(self.table_prefix, str) or not re.fullmatch(
             r"[a-z][a-z0-9_]{0,30}", self.table_prefix

@@ -33,6 +33,7 @@ from .engine.wakeup import listener_for
 from .engine.worker import WorkerPool
 from .errors import ApplicationWriteForbidden, ConfigurationError
 from .options import Options
+from .redaction import redact_url
 from .ref import AsyncRef, MessageReference, Ref
 from .registry import NamedHandlers, Registry
 from .store import Store
@@ -54,7 +55,9 @@ def _create_engine(database: str | URL | Engine, options: Options) -> Engine:
     try:
         url = database.url if isinstance(database, Engine) else make_url(database)
     except ArgumentError as exc:
-        raise ConfigurationError(f"not a database URL: {database!r} ({exc})") from None
+        raise ConfigurationError(
+            f"not a database URL: {redact_url(str(database))!r} ({exc})"
+        ) from None
     kwargs: dict[str, Any] = {}
     backend = url.get_backend_name()
     if backend == "sqlite":
@@ -83,7 +86,7 @@ def _create_engine(database: str | URL | Engine, options: Options) -> Engine:
         hint = f"; install solid-objects[{extra}]" if extra else ""
         raise ConfigurationError(f"no driver for {url.drivername!r}: {exc}{hint}") from None
     except ArgumentError as exc:
-        raise ConfigurationError(f"invalid database URL {url!r}: {exc}") from None
+        raise ConfigurationError(f"invalid database URL {redact_url(url)!r}: {exc}") from None
 
 
 def _refuse_inside_turn(*_: Any) -> None:
