@@ -127,7 +127,7 @@ def worker(target: str, workers: int | None, install: bool, health_port: int | N
         if health_port is not None:
             from .doctor import serve_health
 
-            serve_health(runtime, health_port)
+            serve_health(runtime, health_port, host="0.0.0.0")
             click.echo(f"health check on http://0.0.0.0:{health_port}/healthz", err=True)
         runtime.run()
     except SolidObjectsError as exc:
