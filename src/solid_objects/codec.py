@@ -13,7 +13,14 @@ from typing import Any
 
 from .errors import InvalidActorId, InvalidArguments, PayloadTooLarge
 
+#: The widths of the identifier columns in ``store/schema.py`` (checked by a test):
+#: actor ids, idempotency keys, reminder keys and effect names...
 MAX_ID_LENGTH = 255
+#: ... actor type names ...
+MAX_TYPE_LENGTH = 128
+#: ... and operation names (messages, reminders, effect callbacks). A definition whose
+#: names do not fit is refused when the class is defined, not at its first commit.
+MAX_OPERATION_LENGTH = 128
 #: The longest delay of a message or reminder (100 years): due times are stored as
 #: epoch milliseconds in a BIGINT, and a larger value would overflow it mid-enqueue.
 MAX_DELAY_SECONDS = 100 * 366 * 86400

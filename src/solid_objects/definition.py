@@ -21,7 +21,7 @@ from pydantic import ConfigDict, PydanticSchemaGenerationError, TypeAdapter, Val
 from pydantic_core import PydanticSerializationError
 from typing_extensions import TypedDict
 
-from .codec import encode_json, reject_non_finite
+from .codec import MAX_OPERATION_LENGTH, MAX_TYPE_LENGTH, encode_json, reject_non_finite
 from .errors import (
     InvalidActorDefinition,
     InvalidArguments,
@@ -57,7 +57,7 @@ RESERVED_NAMES = frozenset(
     }
 )
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-_TYPE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+_TYPE_NAME = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{MAX_TYPE_LENGTH}}}$")
 _MUTABLE = (list, dict, set, bytearray)
 
 
@@ -349,6 +349,12 @@ def build_definition(cls: type, base: type) -> ActorDefinition:
             if inspect.isfunction(member):
                 if name in RESERVED_NAMES or name in base_names:
                     raise _fail(cls, f"{name!r} is reserved and cannot be an operation")
+                if len(name) > MAX_OPERATION_LENGTH:
+                    raise _fail(
+                        cls,
+                        f"operation name {name[:20]}... is {len(name)} characters; the "
+                        f"database stores at most {MAX_OPERATION_LENGTH}",
+                    )
                 operations[name] = _build_operation(cls, name, member)
             elif isinstance(member, _MUTABLE) and name not in base_names:
                 raise _fail(
