@@ -207,8 +207,15 @@ class ActorDefinition:
                     f"{type(raw).__name__}, not dict"
                 )
             current += 1
-        merged = self.default_state()
-        merged.update({k: v for k, v in raw.items() if k in self.defaults})
+        return self._hydrate(raw)
+
+    def _hydrate(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Stored (current-version) state as the Python values a turn sees."""
+        if raw.keys() == self.defaults.keys():
+            merged = raw
+        else:
+            merged = self.default_state()
+            merged.update({k: v for k, v in raw.items() if k in self.defaults})
         try:
             return self.state.validate_python(merged)  # type: ignore[no-any-return]
         except ValidationError as exc:
@@ -216,6 +223,16 @@ class ActorDefinition:
                 f"{self.actor_type}: stored state does not match the class: "
                 f"{_validation_message(exc)}"
             ) from None
+
+    def reload_into(self, instance: Any, text: str) -> None:
+        """Make ``instance`` hold exactly what a reload of the committed ``text`` gives.
+
+        A turn may leave values the commit coerces (``"b"`` for an Enum, a list for a
+        tuple): without this the cached activation would run its next turn on values
+        that differ from the committed ones, and behave unlike a reloaded actor.
+        """
+        for name, value in self._hydrate(json.loads(text)).items():
+            setattr(instance, name, value)
 
     def capture_state(self, instance: Any) -> dict[str, Any]:
         return {name: getattr(instance, name) for name in self.defaults}

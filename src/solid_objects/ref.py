@@ -75,6 +75,16 @@ def refuse_inside_turn(what: str) -> None:
         )
 
 
+def refuse_destroy_inside_turn(what: str) -> None:
+    """A destroy from actor code would commit on its own, apart from the turn's commit."""
+    if staging.inside_turn():
+        raise staging.CallInsideTurn(
+            f"{what} from inside an actor operation would commit on its own, outside "
+            "this turn's commit (it would stay done if the turn fails): destroy it from "
+            "outside actor code, e.g. after the call that decided it returned"
+        )
+
+
 def resolve_operation(definition: ActorDefinition, name: str) -> Operation:
     """Look up a public operation or query by name; refuse private and unknown names."""
     if name.startswith("_"):
@@ -244,7 +254,11 @@ class Ref(Generic[A]):
         return self._runtime._engine.snapshot(self._definition, self.actor_id)
 
     def destroy(self) -> bool:
-        """Delete this incarnation; pending messages fail with ActorDestroyed."""
+        """Delete this incarnation; pending messages fail with ActorDestroyed.
+
+        Refused inside a turn: it would commit on its own, outside the turn's commit.
+        """
+        refuse_destroy_inside_turn(f"destroying {self.actor_type}({self.actor_id!r})")
         return self._runtime._engine.destroy(self._definition, self.actor_id)
 
     def _invoke(
@@ -434,6 +448,7 @@ class AsyncRef(Generic[A]):
         )
 
     async def destroy(self) -> bool:
+        refuse_destroy_inside_turn(f"destroying {self.actor_type}({self.actor_id!r})")
         return await self._runtime._run(
             self._runtime.sync._engine.destroy, self._definition, self.actor_id
         )
@@ -450,6 +465,8 @@ class AsyncRef(Generic[A]):
             return await self._runtime._run(
                 engine.query, self._definition, self.actor_id, operation, args, kwargs
             )
+        # Checked here, on the turn's own thread: the engine runs in an executor thread.
+        refuse_inside_turn(f"calling {self.actor_type}.{operation.name}()")
         engine.require_workers()
         message_id = await self._runtime._run(
             engine.start_call, self._definition, self.actor_id, operation, args, kwargs, options
@@ -470,6 +487,7 @@ class AsyncRef(Generic[A]):
             raise UnknownOperation(
                 f"{operation.name} is a query: call it directly, it does not enter the mailbox"
             )
+        refuse_inside_turn(f"sending {self.actor_type}.{operation.name}()")
         engine = self._runtime.sync._engine
         message_id = await self._runtime._run(
             engine.send, self._definition, self.actor_id, operation, args, kwargs, options

@@ -97,6 +97,7 @@ def execute(
                 value = run_coroutine(value)
         result = operation.encode_result(value, limit=limits.result_bytes)
         state = definition.dump_state(definition.capture_state(instance), limit=limits.state_bytes)
+        definition.reload_into(instance, state)
     except Rejected as exc:
         return failure(exc, deterministic=True)
     except DETERMINISTIC as exc:

@@ -1,0 +1,149 @@
+"""Issue 12 items 4-7, 16, 17: state, incarnations and the inside-turn guard.
+
+Each test names the promise it protects; all run on SQLite, PostgreSQL and MariaDB.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+import pytest
+
+from solid_objects import Actor, AsyncRuntime, Runtime
+from solid_objects.errors import MessageFailed
+
+from .conftest import FAST, count_rows
+
+
+class Color(Enum):
+    A = "a"
+    B = "b"
+
+
+class Coerced(Actor):
+    color: Color = Color.A
+    pair: tuple[int, int] = (0, 0)
+    n: int = 0
+
+    def set_raw(self) -> None:
+        self.color = "b"  # type: ignore[assignment]  # the commit coerces it to Color.B
+        self.pair = [1, 2]  # type: ignore[assignment]  # ... and this to (1, 2)
+
+    def step(self) -> int:
+        self.n += 1 if self.color is Color.B else 100
+        self.n += 0 if isinstance(self.pair, tuple) else 10
+        return self.n
+
+    def kinds(self) -> list[str]:
+        return [type(self.color).__name__, type(self.pair).__name__]
+
+
+def test_cached_state_after_a_turn_equals_what_a_reload_gives(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    with make_runtime(workers=1) as rt:
+        ref = rt.ref(Coerced, "c")
+        ref.set_raw()
+        cached = [ref.kinds(), ref.step(), ref.step(), ref.step()]
+    with make_runtime(workers=1) as reloaded:  # a new process: the state is read back
+        ref = reloaded.ref(Coerced, "c")
+        again = ref.kinds()
+        n = ref.step()
+    assert cached == [["Color", "tuple"], 1, 2, 3]
+    assert again == ["Color", "tuple"]
+    assert n == 4
+
+
+# --- item 6 and 7: actor code may not reach actors behind its turn's commit ---------------
+
+FACES: list[Any] = []
+
+
+class Target(Actor):
+    hits: int = 0
+
+    def hit(self) -> int:
+        self.hits += 1
+        return self.hits
+
+    async def hit_async(self) -> int:
+        self.hits += 1
+        return self.hits
+
+
+class Reacher(Actor):
+    done: int = 0
+
+    def destroy_other(self) -> None:
+        FACES[0].ref(Target, "t").destroy()
+        self.done += 1
+
+    async def destroy_other_async(self) -> None:
+        await FACES[0].ref(Target, "t").destroy()
+        self.done += 1
+
+    async def call_other_async(self) -> None:
+        await FACES[0].ref(Target, "t").hit()
+        self.done += 1
+
+    async def send_other_async(self) -> None:
+        await FACES[0].ref(Target, "t").hit.send()
+        self.done += 1
+
+    async def call_self_async(self) -> None:
+        await FACES[0].ref(Reacher, self.actor_id).call(Reacher.destroy_other)
+        self.done += 1
+
+
+def _refused(message: Any) -> dict[str, Any]:
+    with pytest.raises(MessageFailed) as info:
+        message.wait(timeout=30)
+    return info.value.error  # type: ignore[no-any-return]
+
+
+def test_destroy_inside_a_turn_is_refused_and_destroys_nothing(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    with make_runtime(workers=1) as rt:
+        FACES[:] = [rt]
+        assert rt.ref(Target, "t").hit() == 1
+        error = _refused(rt.ref(Reacher, "r").destroy_other.send())
+        FACES.clear()
+        assert error["type"] == "CallInsideTurn"
+        assert rt.ref(Target, "t").snapshot() == {"hits": 1}
+        assert rt.ref(Target, "t").hit() == 2  # the same incarnation: nothing was destroyed
+        assert rt.ref(Reacher, "r").snapshot() == {"done": 0}
+
+
+@pytest.mark.parametrize(
+    "operation",
+    ["destroy_other_async", "call_other_async", "send_other_async", "call_self_async"],
+)
+def test_async_face_refuses_calls_sends_and_destroys_inside_a_turn(
+    db_url: str, operation: str
+) -> None:
+    async def main() -> tuple[dict[str, Any], dict[str, Any], int, dict[str, Any]]:
+        # call_timeout is short so that the old behaviour (waiting on its own mailbox)
+        # fails the test in seconds instead of hanging.
+        art = AsyncRuntime(db_url, workers=2, **{**FAST, "call_timeout": 3.0})
+        await art.install()
+        async with art:
+            FACES[:] = [art]
+            assert await art.ref(Target, "t").hit() == 1
+            sent = await getattr(art.ref(Reacher, "r"), operation).send()
+            with pytest.raises(MessageFailed) as info:
+                await sent.wait(timeout=30)
+            FACES.clear()
+            target = await art.ref(Target, "t").snapshot()
+            reacher = await art.ref(Reacher, "r").snapshot()
+            messages = count_rows(art.sync, "messages", "actor_id = 't'")
+        return info.value.error, target, messages, reacher
+
+    error, target, messages, reacher = asyncio.run(main())
+    assert error["type"] == "CallInsideTurn"
+    assert target == {"hits": 1}
+    assert messages == 1  # only the first call: nothing reached the target from the turn
+    assert reacher == {"done": 0}
