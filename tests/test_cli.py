@@ -46,7 +46,9 @@ class CLI:
             "SOLID_ADMIN_APP_OUTAGE": str(tmp_path / "outage"),
             "SOLID_ADMIN_APP_POLICY": "all",
         }
-        self.env.pop("PYTHONPATH", None)
+        # The package of this checkout (not whichever one the venv has installed): a
+        # worktree's tests must run its own code.
+        self.env["PYTHONPATH"] = str(ROOT / "src")
 
     def run(
         self, *args: str, stdin: str | None = None, **env: str

@@ -1,5 +1,6 @@
-"""The operator commands of ``cli_operations``: pause, pending, reminders, processes, prune,
-doctor, health, ``install --sql`` and ``worker --health-port``, as real subprocesses.
+"""The operator commands of ``solid_objects.cli.operations``: pause, pending, reminders,
+processes, prune, doctor, health, ``install --sql`` and ``worker --health-port``, as real
+subprocesses.
 
 Same application and conventions as ``tests/test_cli.py``.
 """

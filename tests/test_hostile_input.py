@@ -644,7 +644,7 @@ def run_cli(url: str, tmp_path: Path, args: tuple[str | bytes, ...], stdin: str 
         "SOLID_ADMIN_APP_OUTAGE": str(tmp_path / "outage"),
         "SOLID_ADMIN_APP_POLICY": "all",
     }
-    env.pop("PYTHONPATH", None)
+    env["PYTHONPATH"] = str(ROOT / "src")  # this checkout's package, not the venv's
     done = subprocess.run(
         [sys.executable, "-m", "solid_objects", *args],
         cwd=ROOT,

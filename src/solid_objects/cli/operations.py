@@ -1,8 +1,7 @@
 """Operator commands: pause, resume, pending, reminders, processes, prune, doctor, health.
 
 Registered on the ``solid-objects`` group by :func:`register`; they share the
-conventions of :mod:`solid_objects.cli` (TARGET as ``module:runtime``, tables or
-``--json``, exit 0 on success, 1 when the operation failed, 2 for bad usage).
+conventions of :mod:`solid_objects.cli.common`.
 """
 
 from __future__ import annotations
@@ -12,20 +11,22 @@ from datetime import timedelta
 
 import click
 
-from .cli import (
-    _admin,
-    _cursor,
-    _emit_json,
-    _iso,
-    _json_option,
-    _limit,
-    _more,
-    _reason,
-    _short,
-    _table,
-    _target,
-    _when,
+from .common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    admin_session,
+    cursor_option,
+    emit_json,
+    iso,
+    json_option,
+    limit_option,
     load_runtime,
+    print_more,
+    print_table,
+    reason_option,
+    short,
+    target_argument,
+    when,
 )
 
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -52,19 +53,19 @@ def _pause_command(pause: bool) -> click.Command:
     verb = "pause" if pause else "resume"
 
     @click.command(verb)
-    @_target
+    @target_argument
     @click.argument("actor_type", metavar="TYPE")
     @click.argument("actor_id", metavar="ID")
-    @_reason
-    @_json_option
+    @reason_option
+    @json_option
     def command(
         target: str, actor_type: str, actor_id: str, reason: str | None, as_json: bool
     ) -> None:
-        with _admin(target) as admin:
+        with admin_session(target) as admin:
             change = admin.pause_actor if pause else admin.resume_actor
             result = change(actor_type, actor_id, reason=reason)
         if as_json:
-            _emit_json(result)
+            emit_json(result)
             return
         state = "paused" if pause else "running"
         click.echo(f"{actor_type} {actor_id}: {'already ' if result.already else ''}{state}")
@@ -78,24 +79,24 @@ def _pause_command(pause: bool) -> click.Command:
 
 
 @click.command()
-@_target
+@target_argument
 @click.option("--type", "actor_type", default=None, help="Only this actor type.")
-@_limit
-@_cursor
-@_json_option
+@limit_option
+@cursor_option
+@json_option
 def pending(
     target: str, actor_type: str | None, limit: int, cursor: str | None, as_json: bool
 ) -> None:
     """Actors with messages in their mailbox (reconciliation)."""
-    with _admin(target) as admin:
+    with admin_session(target) as admin:
         page = admin.actors_with_pending_work(actor_type=actor_type, limit=limit, cursor=cursor)
     if as_json:
-        _emit_json(page)
+        emit_json(page)
         return
     if not page.items:
         click.echo("no actor has pending work")
         return
-    _table(
+    print_table(
         ["TYPE", "ID", "QUEUED", "ATTEMPT", "RETRY", "PAUSED", "LEASE"],
         [
             [
@@ -103,14 +104,14 @@ def pending(
                 a.actor_id,
                 a.queued,
                 a.attempt,
-                _when(a.retry_at, page.now),
+                when(a.retry_at, page.now),
                 "yes" if a.paused else "-",
                 a.lease.owner if a.lease and not a.lease.expired else "-",
             ]
             for a in page.items
         ],
     )
-    _more(page.next_cursor, f"solid-objects pending {target}")
+    print_more(page.next_cursor, f"solid-objects pending {target}")
 
 
 # --- reminders ------------------------------------------------------------------------------
@@ -122,12 +123,12 @@ def reminders() -> None:
 
 
 @reminders.command("list")
-@_target
+@target_argument
 @click.option("--type", "actor_type", default=None, help="Only this actor type.")
 @click.option("--id", "actor_id", default=None, help="Only this actor id.")
-@_limit
-@_cursor
-@_json_option
+@limit_option
+@cursor_option
+@json_option
 def reminders_list(
     target: str,
     actor_type: str | None,
@@ -137,43 +138,43 @@ def reminders_list(
     as_json: bool,
 ) -> None:
     """Reminders, soonest first."""
-    with _admin(target) as admin:
+    with admin_session(target) as admin:
         page = admin.list_reminders(
             actor_type=actor_type, actor_id=actor_id, limit=limit, cursor=cursor
         )
     if as_json:
-        _emit_json(page)
+        emit_json(page)
         return
     if not page.items:
         click.echo("no reminders")
         return
-    _table(
+    print_table(
         ["DUE", "ACTOR", "OPERATION", "KEY", "EVERY", "PAUSED", "ARGUMENTS"],
         [
             [
-                _when(r.due_at, page.now),
+                when(r.due_at, page.now),
                 f"{r.actor_type} {r.actor_id}",
                 r.operation,
                 r.key or "-",
                 f"{r.every_seconds:g}s" if r.every_seconds else "-",
                 "yes" if r.paused else "-",
-                _short(r.arguments, 40),
+                short(r.arguments, 40),
             ]
             for r in page.items
         ],
     )
-    _more(page.next_cursor, f"solid-objects reminders list {target}")
+    print_more(page.next_cursor, f"solid-objects reminders list {target}")
 
 
 def _reminder_command(change: str, help_text: str) -> click.Command:
     @click.command(change.replace("_", "-"), help=help_text)
-    @_target
+    @target_argument
     @click.argument("actor_type", metavar="TYPE")
     @click.argument("actor_id", metavar="ID")
     @click.argument("operation", metavar="OPERATION")
     @click.option("--key", default="", help="The reminder's key (default: none).")
-    @_reason
-    @_json_option
+    @reason_option
+    @json_option
     def command(
         target: str,
         actor_type: str,
@@ -183,7 +184,7 @@ def _reminder_command(change: str, help_text: str) -> click.Command:
         reason: str | None,
         as_json: bool,
     ) -> None:
-        with _admin(target) as admin:
+        with admin_session(target) as admin:
             method = {
                 "pause": admin.pause_reminder,
                 "resume": admin.resume_reminder,
@@ -192,7 +193,7 @@ def _reminder_command(change: str, help_text: str) -> click.Command:
             }[change]
             result = method(actor_type, actor_id, operation, key, reason=reason)
         if as_json:
-            _emit_json(result)
+            emit_json(result)
             return
         done = {"pause": "paused", "resume": "resumed", "cancel": "cancelled", "run_now": "due now"}
         prefix = "already " if result.already else ""
@@ -216,24 +217,24 @@ def processes() -> None:
 
 
 @processes.command("list")
-@_target
+@target_argument
 @click.option("--all", "include_stopped", is_flag=True, help="Include stopped processes.")
-@_limit
-@_cursor
-@_json_option
+@limit_option
+@cursor_option
+@json_option
 def processes_list(
     target: str, include_stopped: bool, limit: int, cursor: str | None, as_json: bool
 ) -> None:
     """Processes that run workers, with their heartbeat and the leases they hold."""
-    with _admin(target) as admin:
+    with admin_session(target) as admin:
         page = admin.list_processes(include_stopped=include_stopped, limit=limit, cursor=cursor)
     if as_json:
-        _emit_json(page)
+        emit_json(page)
         return
     if not page.items:
         click.echo("no worker processes" + ("" if include_stopped else " running"))
         return
-    _table(
+    print_table(
         ["PROCESS", "HOST", "PID", "STATE", "HEARTBEAT", "LEASES", "TYPES"],
         [
             [
@@ -241,27 +242,27 @@ def processes_list(
                 p.host,
                 p.pid,
                 p.state if p.stop_reason is None else f"{p.state} ({p.stop_reason})",
-                _when(p.heartbeat_at, page.now),
+                when(p.heartbeat_at, page.now),
                 p.leases,
-                _short(",".join(p.actor_types), 40),
+                short(",".join(p.actor_types), 40),
             ]
             for p in page.items
         ],
     )
-    _more(page.next_cursor, f"solid-objects processes list {target}")
+    print_more(page.next_cursor, f"solid-objects processes list {target}")
 
 
 @processes.command("recover")
-@_target
+@target_argument
 @click.argument("owner", metavar="PROCESS")
-@_reason
-@_json_option
+@reason_option
+@json_option
 def processes_recover(target: str, owner: str, reason: str | None, as_json: bool) -> None:
     """Declare a process dead: its leases and effect claims return to the pool now."""
-    with _admin(target) as admin:
+    with admin_session(target) as admin:
         result = admin.recover_process(owner, reason=reason)
     if as_json:
-        _emit_json(result)
+        emit_json(result)
         return
     if result.already:
         click.echo(f"{owner}: already stopped")
@@ -276,7 +277,7 @@ def processes_recover(target: str, owner: str, reason: str | None, as_json: bool
 
 
 @click.command()
-@_target
+@target_argument
 @click.option(
     "--older-than",
     required=True,
@@ -291,7 +292,7 @@ def processes_recover(target: str, owner: str, reason: str | None, as_json: bool
     help="What to prune (repeatable; default: messages, effects, processes).",
 )
 @click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
-@_json_option
+@json_option
 def prune(
     target: str, older_than: str, kinds: tuple[str, ...], dry_run: bool, as_json: bool
 ) -> None:
@@ -303,13 +304,13 @@ def prune(
         if not as_json:
             click.echo(f"  {kind}: {deleted} deleted...", err=True)
 
-    with _admin(target) as admin:
+    with admin_session(target) as admin:
         report = admin.prune(age, kinds=chosen, dry_run=dry_run, progress=progress)
     if as_json:
-        _emit_json(report)
+        emit_json(report)
         return
     verb = "would delete" if dry_run else "deleted"
-    click.echo(f"finished before {_iso(report.cutoff)}:")
+    click.echo(f"finished before {iso(report.cutoff)}:")
     for kind, count in report.rows.items():
         click.echo(f"  {kind}: {verb} {count}")
 
@@ -318,10 +319,10 @@ def prune(
 
 
 @click.command()
-@_target
+@target_argument
 @click.option("--no-round-trip", is_flag=True, help="Skip the call through a probe actor.")
 @click.option("--timeout", type=float, default=10.0, show_default=True, help="Probe timeout (s).")
-@_json_option
+@json_option
 def doctor(target: str, no_round_trip: bool, timeout: float, as_json: bool) -> None:
     """Check the configuration, database, workers and a real round trip; say what to fix.
 
@@ -333,7 +334,7 @@ def doctor(target: str, no_round_trip: bool, timeout: float, as_json: bool) -> N
     finally:
         runtime.close()
     if as_json:
-        _emit_json({"status": report.status, "checks": report.checks})
+        emit_json({"status": report.status, "checks": report.checks})
     else:
         marks = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
         for check in report.checks:
@@ -341,12 +342,12 @@ def doctor(target: str, no_round_trip: bool, timeout: float, as_json: bool) -> N
             if check.advice:
                 click.echo(f"       -> {check.advice}")
         click.echo(f"doctor: {report.status}")
-    sys.exit(0 if report.ok else 1)
+    sys.exit(EXIT_OK if report.ok else EXIT_FAILED)
 
 
 @click.command()
-@_target
-@_json_option
+@target_argument
+@json_option
 def health(target: str, as_json: bool) -> None:
     """Readiness: the database answers and the schema is current (exit 0), or not (exit 1)."""
     runtime = load_runtime(target)
@@ -355,11 +356,11 @@ def health(target: str, as_json: bool) -> None:
     finally:
         runtime.close()
     if as_json:
-        _emit_json({"status": report.status, "checks": report.checks})
+        emit_json({"status": report.status, "checks": report.checks})
     else:
         for check in report.checks:
             click.echo(f"{check.name}: {check.status}: {check.detail}")
-    sys.exit(0 if report.ok else 1)
+    sys.exit(EXIT_OK if report.ok else EXIT_FAILED)
 
 
 def register(main: click.Group) -> None:

@@ -1,0 +1,234 @@
+"""What every ``solid-objects`` command shares: loading the target, output, exit codes.
+
+Commands that need the application's actors take its runtime as
+``MODULE:RUNTIME`` (like uvicorn), e.g. ``solid-objects worker myapp.actors:runtime``.
+The operator commands act as the principal ``cli:<OS user>`` through the
+application's administration policy, print a table (or JSON with ``--json``) and
+put errors on stderr.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..errors import SolidObjectsError
+from ..runtime import AsyncRuntime, Runtime
+
+if TYPE_CHECKING:
+    from ..admin import Administration
+
+#: Exit codes of every command: success; a check or an operation failed (not found,
+#: refused, not authorized, database error, schema not installed); bad usage or a
+#: target that cannot be loaded (click's own code for usage errors).
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def load_runtime(target: str) -> Runtime:
+    """Import ``module:attribute`` and return the Runtime it names.
+
+    Every way this can fail is a usage error (exit 2) that names the target:
+    a malformed target, a module that cannot be imported or raises while
+    importing (a bad database URL in ``Runtime(...)``, say), a missing
+    attribute, or an attribute that is not a runtime.
+    """
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise click.UsageError(
+            f"expected MODULE:ATTRIBUTE (e.g. myapp.actors:runtime), got {target!r}"
+        )
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.UsageError(f"cannot import module {module_name!r}: {exc}") from None
+    except Exception as exc:
+        raise click.UsageError(
+            f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from None
+    try:
+        value: Any = module
+        for part in attribute.split("."):
+            value = getattr(value, part)
+        if callable(value) and not isinstance(value, Runtime | AsyncRuntime):
+            value = value()
+    except AttributeError:
+        raise click.UsageError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    except Exception as exc:
+        raise click.UsageError(f"loading {target} failed: {type(exc).__name__}: {exc}") from None
+    if isinstance(value, AsyncRuntime):
+        value = value.sync
+    if not isinstance(value, Runtime):
+        raise click.UsageError(f"{target} is a {type(value).__name__}, not a solid_objects.Runtime")
+    return value
+
+
+def cli_principal() -> str:
+    """``cli:<user>``: the account running the command (from the OS, not the environment)."""
+    try:
+        import pwd
+
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError, AttributeError):
+        import getpass
+
+        try:
+            user = getpass.getuser()
+        except Exception:
+            user = "unknown"
+    return f"cli:{user}"
+
+
+class OperationFailed(click.ClickException):
+    """An operation failed: message on stderr, exit 1."""
+
+    exit_code = EXIT_FAILED
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+@contextmanager
+def admin_session(target: str) -> Iterator[Administration]:
+    """The runtime's administration API acting as the CLI principal; errors become exits."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from ..errors import (
+        DatabaseError,
+        InvalidArguments,
+        MessageNotFound,
+        NotFound,
+        OperationRefused,
+        SchemaNotInstalled,
+        SchemaTooNew,
+        Unauthorized,
+    )
+
+    runtime = load_runtime(target)
+    principal = cli_principal()
+    try:
+        yield runtime.admin.as_principal(principal)
+    except Unauthorized as exc:
+        raise OperationFailed(
+            f"not authorized: {exc}\n"
+            f"The command line acts as {principal}; the application grants access in the "
+            f"module of {target}, e.g. runtime.admin.set_policy(allow({{'cli:*': 'read', "
+            f"{principal!r}: '*'}})) (see docs/operations.md)."
+        ) from None
+    except InvalidArguments as exc:
+        raise click.UsageError(str(exc)) from None
+    except UnicodeError as exc:  # argv bytes that are not UTF-8 reached a filter unchecked
+        raise click.UsageError(f"an argument is not valid UTF-8 text: {exc}") from None
+    except (NotFound, MessageNotFound, OperationRefused, SchemaNotInstalled, SchemaTooNew) as exc:
+        raise OperationFailed(str(exc)) from None
+    except (DatabaseError, SQLAlchemyError) as exc:
+        from ..redaction import redact_url
+
+        url = redact_url(runtime.engine.url)
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise OperationFailed(f"database {url}: {detail}") from None
+    except SolidObjectsError as exc:
+        raise OperationFailed(f"{type(exc).__name__}: {exc}") from None
+    finally:
+        # The runtime never started workers here: dispose of it without the lease
+        # release that Runtime.close() writes.
+        runtime.store.close()
+        runtime.engine.dispose()
+
+
+def emit_json(value: Any) -> None:
+    from ..admin import to_jsonable
+
+    click.echo(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False))
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+def print_fields(pairs: Sequence[tuple[str, Any]]) -> None:
+    width = max(len(k) for k, _ in pairs)
+    for key, value in pairs:
+        click.echo(f"{key.ljust(width)}  {value}")
+
+
+def iso(value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    return value.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def when(value: datetime | None, now: datetime | None) -> str:
+    """A time relative to the database clock: ``in 4.2s``, ``3m ago``."""
+    if value is None:
+        return "-"
+    if now is None:
+        return iso(value)
+    seconds = (value - now).total_seconds()
+    span = abs(seconds)
+    if span < 60:
+        text = f"{span:.1f}s"
+    elif span < 3600:
+        text = f"{span / 60:.0f}m"
+    elif span < 86400:
+        text = f"{span / 3600:.1f}h"
+    else:
+        text = f"{span / 86400:.1f}d"
+    return f"in {text}" if seconds > 0 else f"{text} ago"
+
+
+def short(value: Any, width: int = 60) -> str:
+    if value is None:
+        return "-"
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def error_text(error: Any) -> str:
+    if isinstance(error, dict):
+        kind = error.get("type", "Error")
+        if kind == "Rejected":
+            return f"Rejected {error.get('code')}: {error.get('message', '')}"
+        return f"{kind}: {error.get('message', '')}"
+    return short(error)
+
+
+def print_more(next_cursor: str | None, command: str) -> None:
+    if next_cursor is not None:
+        click.echo(f"(more: {command} --cursor {next_cursor})")
+
+
+def read_ids(values: tuple[str, ...]) -> list[str]:
+    """IDs from the command line; ``-`` reads more from stdin (whitespace-separated)."""
+    ids: list[str] = []
+    for value in values:
+        if value == "-":
+            ids.extend(sys.stdin.read().split())
+        else:
+            ids.append(value)
+    if not ids:
+        raise click.UsageError("no ids given")
+    return ids
+
+
+target_argument = click.argument("target", metavar="MODULE:RUNTIME")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+limit_option = click.option(
+    "--limit", type=click.IntRange(1, 1000), default=50, show_default=True, help="Page size."
+)
+cursor_option = click.option("--cursor", default=None, help="Continue a listing where it stopped.")
+reason_option = click.option("--reason", default=None, help="Why (kept in the audit record).")

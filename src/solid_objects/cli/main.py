@@ -1,0 +1,48 @@
+"""The ``solid-objects`` group: global options, ``quickstart``, and every command module.
+
+The commands live by concern in :mod:`.worker` (worker, install),
+:mod:`.inspection` (status, actors, inspect, dead-letters, effects, audit) and
+:mod:`.operations` (pause, resume, pending, reminders, processes, prune, doctor,
+health); each registers itself here, and all share :mod:`.common`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from . import inspection, operations, worker
+from .common import EXIT_FAILED
+
+
+@click.group()
+@click.option(
+    "--log-level",
+    default="WARNING",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+def main(log_level: str) -> None:
+    """Durable virtual actors in the SQL database you already run."""
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+@click.command()
+def quickstart() -> None:
+    """Run a self-verifying demo on a temporary SQLite database."""
+    from .. import quickstart as demo
+
+    try:
+        demo.run(click.echo)
+    except AssertionError as exc:
+        click.echo(f"FAILED: {exc}", err=True)
+        sys.exit(EXIT_FAILED)
+
+
+main.add_command(quickstart)
+for _module in (worker, inspection, operations):
+    _module.register(main)

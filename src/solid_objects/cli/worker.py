@@ -1,0 +1,100 @@
+"""``worker`` and ``install``: the commands a deployment runs."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import SolidObjectsError
+from ..runtime import Runtime
+from .common import EXIT_FAILED, load_runtime, target_argument
+
+
+@click.command()
+@target_argument
+@click.option("--workers", type=int, default=None, help="Worker threads (default: the runtime's).")
+@click.option("--install/--no-install", default=False, help="Install or upgrade the schema first.")
+@click.option(
+    "--health-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve GET /healthz on this port (200 healthy, 503 not) for Kubernetes probes.",
+)
+def worker(target: str, workers: int | None, install: bool, health_port: int | None) -> None:
+    """Run the workers of the runtime MODULE:RUNTIME until SIGTERM or SIGINT.
+
+    On the first signal the worker finishes in-flight turns, releases its
+    leases so other workers take over at once, and exits 0.
+    """
+    runtime = load_runtime(target)
+    if workers is not None:
+        if workers < 1:
+            raise click.BadParameter("must be at least 1", param_hint="--workers")
+        runtime = _with_workers(runtime, workers)
+    elif runtime.options.workers < 1:
+        raise click.UsageError(f"{target} has workers=0; pass --workers N")
+    try:
+        if install:
+            runtime.install()
+        click.echo(
+            f"solid-objects worker {runtime.owner}: {runtime.options.workers} threads, "
+            f"types {runtime.registry.types()}",
+            err=True,
+        )
+        if health_port is not None:
+            from ..doctor import serve_health
+
+            serve_health(runtime, health_port, host="0.0.0.0")
+            click.echo(f"health check on http://0.0.0.0:{health_port}/healthz", err=True)
+        runtime.run()
+    except SolidObjectsError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_FAILED)
+    finally:
+        runtime.close()
+
+
+def _with_workers(runtime: Runtime, workers: int) -> Runtime:
+    """A runtime like ``runtime`` (same database, same actors) with ``workers`` threads."""
+    options = {f: getattr(runtime.options, f) for f in runtime.options.__dataclass_fields__}
+    options["workers"] = workers
+    fresh = Runtime(runtime.engine.url, **options)
+    for actor_type in runtime.registry.types():
+        fresh.register(runtime.registry.get(actor_type).cls)
+    for name in runtime.effects.names():
+        fresh.effect(name)(runtime.effects.get(name))
+    for name in runtime.commit_actions.names():
+        fresh.commit_action(name)(runtime.commit_actions.get(name))
+    fresh.admin.set_policy(runtime.admin.policy)
+    runtime.close()
+    return fresh
+
+
+@click.command()
+@target_argument
+@click.option(
+    "--sql",
+    "show_sql",
+    is_flag=True,
+    help="Print the DDL of a fresh install for this database instead of running it.",
+)
+def install(target: str, show_sql: bool) -> None:
+    """Create or upgrade the Solid Objects tables of the runtime MODULE:RUNTIME."""
+    runtime = load_runtime(target)
+    try:
+        if show_sql:
+            click.echo(runtime.store.install_sql())
+            return
+        runtime.install()
+        click.echo("installed")
+    except SolidObjectsError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_FAILED)
+    finally:
+        runtime.close()
+
+
+def register(main: click.Group) -> None:
+    main.add_command(worker)
+    main.add_command(install)
