@@ -37,8 +37,7 @@ JUNK = (
 def forbidden(name: str) -> bool:
     parts = name.split("/")
     return any(
-        part in {".hypothesis", ".venv", "__pycache__", ".pytest_cache", ".git"}
-        for part in parts
+        part in {".hypothesis", ".venv", "__pycache__", ".pytest_cache", ".git"} for part in parts
     ) or name.endswith((".pyc", ".db"))
 
 
