@@ -61,6 +61,10 @@ class RuntimeNotStarted(SolidObjectsError):
     """A call waits for a result but this runtime runs no workers."""
 
 
+class RuntimeClosed(RuntimeNotStarted):
+    """A call waits for a result but this runtime was closed (start it again to call)."""
+
+
 # --- bad input: refused before anything is written --------------------------------------
 
 

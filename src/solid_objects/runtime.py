@@ -10,11 +10,12 @@ same names as coroutines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from types import TracebackType
@@ -27,14 +28,15 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from . import staging
 from .actor import Actor
 from .admin import Administration
+from .definition import Operation
 from .engine.client import Client
 from .engine.waiters import Waiters
 from .engine.wakeup import listener_for
 from .engine.worker import WorkerPool
-from .errors import ApplicationWriteForbidden, ConfigurationError
+from .errors import ApplicationWriteForbidden, ConfigurationError, MessageNotFound
 from .options import Options
 from .redaction import redact_url
-from .ref import AsyncRef, MessageReference, Ref
+from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref, resolve_operation
 from .registry import NamedHandlers, Registry
 from .store import Store
 from .store.store import new_owner
@@ -134,7 +136,10 @@ class Runtime:
         self._engine = Client(self.store, self._pool, self._waiters, self.options)
         self._listener = listener_for(self.store, self.options.wakeup_url, self._on_notification)
         self._closed = False
+        #: Serializes start/stop/close, so a close() during run() waits for nothing twice.
+        self._lifecycle = threading.RLock()
         self._stop_requested = threading.Event()
+        self._stop_listeners: list[Callable[[], None]] = []
         self.testing = Testing(self)
         #: The administration API; denies everything until ``admin.set_policy(...)``.
         self.admin = Administration(self)
@@ -191,17 +196,16 @@ class Runtime:
 
     def message(self, cls: type[A], message_id: str) -> MessageReference[Any]:
         """Rebuild a reference to a message sent earlier (for example in another process)."""
-        from .ref import resolve_operation
+        return MessageReference(self, *self._find_message(cls, message_id))
 
+    def _find_message(self, cls: type[A], message_id: str) -> tuple[str, Operation, str, str]:
+        """(id, operation, actor_type, actor_id) of a stored message of ``cls``."""
         definition = self.registry.register(cls)
         with self.store.read() as conn:
             row = self.store.message(conn, message_id)
         if row is None or row.actor_type != definition.actor_type:
-            from .errors import MessageNotFound
-
             raise MessageNotFound(f"no {definition.actor_type} message {message_id!r}")
-        operation = resolve_operation(definition, row.operation)
-        return MessageReference(self, row.id, operation, row.actor_type, row.actor_id)
+        return row.id, resolve_operation(definition, row.operation), row.actor_type, row.actor_id
 
     # --- diagnosis ----------------------------------------------------------------------
 
@@ -223,21 +227,30 @@ class Runtime:
         """Start this process's worker threads, and its wake-up subscription (NOTIFY, Redis).
 
         With ``workers=0`` only the listener starts, so callers here learn at once
-        when another process finished their message.
+        when another process finished their message. A runtime stopped or closed
+        before starts again (a web framework runs its lifespan once per test client).
         """
-        if self._closed:
-            raise ConfigurationError("this runtime is closed")
-        self._engine.ensure_schema()
-        if self._listener is not None:
-            self._listener.start()
-        if self.options.workers > 0:
-            self._pool.start()
+        with self._lifecycle:
+            self._engine.ensure_schema()
+            self._closed = False
+            self._engine.state = "running"
+            if self._listener is not None:
+                self._listener.start()
+            if self.options.workers > 0:
+                self._pool.start()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Finish in-flight turns, then release every lease this process holds."""
-        self._pool.stop(timeout)
-        if self._listener is not None:
-            self._listener.stop()
+        """Finish in-flight turns, then release every lease this process holds.
+
+        A :meth:`run` in another thread returns once this is done.
+        """
+        self._request_stop()
+        with self._lifecycle:
+            self._pool.stop(timeout)
+            if self._listener is not None:
+                self._listener.stop()
+            if not self._closed:
+                self._engine.state = "stopped"
 
     def _on_notification(self, payload: str) -> None:
         if payload.startswith("d:"):
@@ -246,34 +259,56 @@ class Runtime:
             self._pool.poller.wake()
 
     def run(self) -> None:
-        """Run workers until SIGTERM/SIGINT (or :meth:`request_stop`), then drain and exit."""
+        """Run workers until SIGTERM/SIGINT, :meth:`request_stop`, :meth:`stop` or
+        :meth:`close`, then drain and return."""
         self._stop_requested.clear()
         previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                previous[sig] = signal.signal(sig, lambda *_: self._stop_requested.set())
-        self.start()
+                previous[sig] = signal.signal(sig, lambda *_: self.request_stop())
         try:
+            self.start()
             while not self._stop_requested.wait(1.0):
                 pass
             log.info("stopping: finishing in-flight turns", extra={"solid_action": "stopping"})
         finally:
+            # After a close() from another thread this finds nothing left to stop.
             self.stop()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
     def request_stop(self) -> None:
-        """Ask :meth:`run` to return after draining."""
+        """Ask :meth:`run` to return after draining (safe from a signal handler)."""
+        self._request_stop()
+
+    def _request_stop(self) -> None:
         self._stop_requested.set()
+        for wake in list(self._stop_listeners):
+            wake()
+
+    @contextlib.contextmanager
+    def _stop_listener(self, wake: Callable[[], None]) -> Iterator[None]:
+        """Call ``wake`` on every stop request while the block runs (AsyncRuntime.run)."""
+        self._stop_listeners.append(wake)
+        try:
+            yield
+        finally:
+            self._stop_listeners.remove(wake)
 
     def close(self) -> None:
-        """Stop workers, release leases, and dispose of the connection pool."""
-        if self._closed:
-            return
-        self.stop()
-        self._closed = True
-        self.store.close()
-        self.engine.dispose()
+        """Stop workers, release leases, and dispose of the connection pool.
+
+        :meth:`start` (or ``with runtime:``) after this starts the runtime again; a
+        call that needs workers in between raises :class:`RuntimeClosed`.
+        """
+        with self._lifecycle:
+            if self._closed:
+                return
+            self.stop()
+            self._closed = True
+            self._engine.state = "closed"
+            self.store.close()
+            self.engine.dispose()
 
     def __enter__(self) -> Runtime:
         self.start()
@@ -292,27 +327,74 @@ class AsyncRuntime:
     """The asyncio face of :class:`Runtime`: the same names, awaited.
 
     Database work runs in a dedicated thread pool (``executor_threads``) so the
-    event loop never blocks and FastAPI's own thread pool is left alone.
+    event loop never blocks and FastAPI's own thread pool is left alone. ``sync``
+    is the underlying :class:`Runtime`, for code that runs in a thread of its own.
     """
 
     def __init__(
         self, database: str | URL | Engine, *, executor_threads: int = 16, **options: Any
     ) -> None:
         self.sync = Runtime(database, **options)
-        self._executor = ThreadPoolExecutor(executor_threads, thread_name_prefix="solid-async")
+        self._executor_threads = executor_threads
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
         self.testing = AsyncTesting(self)
+
+    # --- the underlying runtime's attributes, under the same names -------------------
 
     @property
     def options(self) -> Options:
         return self.sync.options
 
+    @property
+    def engine(self) -> Engine:
+        return self.sync.engine
+
+    @property
+    def store(self) -> Store:
+        return self.sync.store
+
+    @property
+    def registry(self) -> Registry:
+        return self.sync.registry
+
+    @property
+    def effects(self) -> NamedHandlers:
+        return self.sync.effects
+
+    @property
+    def commit_actions(self) -> NamedHandlers:
+        return self.sync.commit_actions
+
+    @property
+    def owner(self) -> str:
+        return self.sync.owner
+
+    @property
+    def admin(self) -> Administration:
+        """The administration API of the underlying runtime (its calls block: use a thread)."""
+        return self.sync.admin
+
+    # --- running blocking work off the event loop -------------------------------------
+
+    def _pool(self) -> ThreadPoolExecutor:
+        """The executor, made anew after :meth:`close` so a closed runtime can start again."""
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    self._executor_threads, thread_name_prefix="solid-async"
+                )
+            return self._executor
+
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         context = contextvars.copy_context()  # so the caller's trace context follows the call
-        return await loop.run_in_executor(self._executor, partial(context.run, fn, *args, **kwargs))
+        return await loop.run_in_executor(self._pool(), partial(context.run, fn, *args, **kwargs))
 
     async def _wait(self, message: MessageReference[Any], timeout: float | None) -> Any:
         return await self.sync._engine.wait_async(message, timeout, self._run)
+
+    # --- setup ------------------------------------------------------------------------
 
     async def install(self) -> None:
         await self._run(self.sync.install)
@@ -320,20 +402,38 @@ class AsyncRuntime:
     def register(self, cls: type[A]) -> type[A]:
         return self.sync.register(cls)
 
+    def effect(self, name: str) -> Callable[[H], H]:
+        """Register an effect handler (``def`` or ``async def``); see :meth:`Runtime.effect`."""
+        return self.sync.effect(name)
+
+    def commit_action(self, name: str) -> Callable[[H], H]:
+        """Register a commit action; see :meth:`Runtime.commit_action`.
+
+        The handler is a plain ``def``: it runs inside the turn's database
+        transaction, in a worker thread.
+        """
+        return self.sync.commit_action(name)
+
     def ref(self, cls: type[A], actor_id: str) -> AsyncRef[A]:
         definition = self.sync.registry.register(cls)
         return AsyncRef(self, definition, actor_id)
 
-    @property
-    def admin(self) -> Administration:
-        """The administration API of the underlying runtime (its calls block: use a thread)."""
-        return self.sync.admin
+    async def message(self, cls: type[A], message_id: str) -> AsyncMessageReference[Any]:
+        """Rebuild a reference to a message sent earlier (for example in another process)."""
+        found = await self._run(self.sync._find_message, cls, message_id)
+        return AsyncMessageReference(self, *found)
+
+    # --- diagnosis ----------------------------------------------------------------------
 
     async def health(self) -> Report:
         return await self._run(self.sync.health)
 
-    async def doctor(self, *, round_trip: bool = True, timeout: float = 10.0) -> Report:
-        return await self._run(self.sync.doctor, round_trip=round_trip, timeout=timeout)
+    async def doctor(
+        self, *, round_trip: bool = True, timeout: float = 10.0, app: str = "APP"
+    ) -> Report:
+        return await self._run(self.sync.doctor, round_trip=round_trip, timeout=timeout, app=app)
+
+    # --- lifecycle --------------------------------------------------------------------
 
     async def start(self) -> None:
         await self._run(self.sync.start)
@@ -342,16 +442,37 @@ class AsyncRuntime:
         await self._run(self.sync.stop, timeout)
 
     async def run(self) -> None:
-        """Run workers until cancelled, then drain and release leases."""
-        await self.start()
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await asyncio.shield(self.stop())
+        """Run workers until cancelled, :meth:`request_stop`, :meth:`stop` or
+        :meth:`close`, then drain and release leases."""
+        loop = asyncio.get_running_loop()
+        stopped = asyncio.Event()
+
+        def wake() -> None:
+            try:
+                loop.call_soon_threadsafe(stopped.set)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                pass
+
+        self.sync._stop_requested.clear()
+        with self.sync._stop_listener(wake):
+            try:
+                await self.start()
+                await stopped.wait()
+            finally:
+                if not self.sync._closed:  # close() stopped everything already
+                    await asyncio.shield(self.stop())
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to return after draining (safe from a signal handler or thread)."""
+        self.sync.request_stop()
 
     async def close(self) -> None:
+        """Stop workers, release leases, dispose of the pools; :meth:`start` works again."""
         await self._run(self.sync.close)
-        self._executor.shutdown(wait=False)
+        with self._executor_lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
 
     async def __aenter__(self) -> AsyncRuntime:
         await self.start()

@@ -29,6 +29,7 @@ from ..errors import (
     DatabaseError,
     MessageNotFound,
     MessagePending,
+    RuntimeClosed,
     RuntimeNotStarted,
     error_from_document,
 )
@@ -89,6 +90,9 @@ class Client:
         self.waiters = waiters
         self.options = options
         self._schema_checked = False
+        #: The runtime's lifecycle, for what a refused call says: new, running,
+        #: stopped or closed.
+        self.state = "new"
 
     def ensure_schema(self) -> None:
         if not self._schema_checked:
@@ -317,11 +321,24 @@ class Client:
             self.pool.poller.wake()
 
     def require_workers(self) -> None:
-        if self.options.workers > 0 and not self.pool.running:
-            raise RuntimeNotStarted(
-                "this runtime runs no workers yet: use `with runtime:` (or runtime.start()) "
-                "before calling, or create it with workers=0 if other processes run them"
+        """Refuse a call that would wait for workers this runtime does not run; say why."""
+        if self.options.workers == 0 or self.pool.running:
+            return
+        if self.state == "closed":
+            raise RuntimeClosed(
+                "this runtime was closed (by close(), or at the end of its `with runtime:` "
+                "block), so it runs no workers: start it again with runtime.start() or a "
+                "new `with runtime:` block (`async with` for AsyncRuntime) before calling"
             )
+        if self.state == "stopped":
+            raise RuntimeNotStarted(
+                "this runtime's workers were stopped (runtime.stop()): start them again "
+                "with runtime.start() before calling"
+            )
+        raise RuntimeNotStarted(
+            "this runtime runs no workers yet: use `with runtime:` (or runtime.start()) "
+            "before calling, or create it with workers=0 if other processes run them"
+        )
 
     # --- outcomes ---------------------------------------------------------------------
 
