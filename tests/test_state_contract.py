@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from solid_objects import Actor, AsyncRuntime, Runtime
-from solid_objects.errors import MessageFailed
+from solid_objects.admin import Administration, allow
+from solid_objects.errors import InvalidArguments, MessageFailed, UnknownActorType
 
 from .conftest import FAST, count_rows
 
@@ -147,3 +148,125 @@ def test_async_face_refuses_calls_sends_and_destroys_inside_a_turn(
     assert target == {"hits": 1}
     assert messages == 1  # only the first call: nothing reached the target from the turn
     assert reacher == {"done": 0}
+
+
+# --- item 16: keys that collide once converted are refused, not merged ------------------
+
+
+class Keyed(Actor):
+    by_id: dict[int, int] = {}
+
+    def total(self, values: dict[int, int]) -> int:
+        return sum(values.values())
+
+    def label(self, names: dict[int, str]) -> str:
+        return ",".join(f"{k}={v}" for k, v in sorted(names.items()))
+
+    def nested(self, groups: list[dict[int, int]] | None = None) -> int:
+        return sum(sum(g.values()) for g in groups or [])
+
+    def keep(self, raw: dict[str, int]) -> None:
+        self.by_id = raw  # type: ignore[assignment]  # the commit converts the keys
+
+    def echo(self, raw: dict[str, int]) -> dict[int, int]:
+        return raw  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(
+    ("operation", "arguments"),
+    [
+        ("label", {"names": {1: "a", "1": "b"}}),
+        ("total", {"values": {"01": 1, "1": 2, " 1": 4}}),
+        ("nested", {"groups": [{"2": 1}, {"1": 1, "01": 2}]}),
+    ],
+)
+def test_argument_keys_that_collide_after_conversion_are_refused(
+    make_runtime: Callable[..., Runtime], operation: str, arguments: dict[str, Any]
+) -> None:
+    rt = make_runtime(workers=0)
+    handle = getattr(rt.ref(Keyed, "k"), operation)
+    with pytest.raises(InvalidArguments, match="a value would be lost"):
+        handle.send(**arguments)
+    with pytest.raises(InvalidArguments, match="a value would be lost"):
+        handle(**arguments)
+    assert count_rows(rt, "messages") == 0
+    assert count_rows(rt, "actors") == 0
+    # keys that stay distinct are fine
+    assert rt.ref(Keyed, "k").total.send(values={"1": 1, "2": 2, 3: 4}) is not None
+    rt.testing.drain()
+    assert count_rows(rt, "messages", "status = 'completed'") == 1
+
+
+def test_state_and_results_whose_keys_collide_after_conversion_are_refused(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    rt = make_runtime(workers=0)
+    ref = rt.ref(Keyed, "k")
+    kept = ref.keep.send(raw={"1": 1, "2": 2})
+    merged_state = ref.keep.send(raw={"1": 10, "01": 20})
+    merged_result = ref.echo.send(raw={"3": 1, "03": 2})
+    rt.testing.drain()
+    assert kept.result() is None
+    with pytest.raises(MessageFailed) as state_error:
+        merged_state.result()
+    with pytest.raises(MessageFailed) as result_error:
+        merged_result.result()
+    assert state_error.value.error["type"] == "InvalidState"
+    assert "a value would be lost" in state_error.value.error["message"]
+    assert result_error.value.error["type"] == "InvalidArguments"
+    assert ref.snapshot() == {"by_id": {"1": 1, "2": 2}}
+    assert count_rows(rt, "messages", "status = 'dead' AND attempts = 1") == 2
+
+
+# --- item 17: every read path shows migrated state ----------------------------------------
+
+
+class TallyV1(Actor):
+    actor_type = "Tally"
+    count: int = 0
+
+    def bump(self) -> int:
+        self.count += 1
+        return self.count
+
+
+class TallyV2(Actor):
+    actor_type = "Tally"
+    state_version = 2
+    migrations = {1: lambda s: {"total": s["count"] * 10, "unit": "tens"}}
+    total: int = 0
+    unit: str = "ones"
+
+    def bump(self) -> int:
+        self.total += 1
+        return self.total
+
+
+def _ops(rt: Runtime) -> Administration:
+    rt.admin.set_policy(allow({"ops:*": "*"}))
+    return rt.admin.as_principal("ops:alice")
+
+
+def test_admin_reads_show_state_migrated_like_snapshot(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    v1 = make_runtime(workers=0)
+    for _ in range(3):
+        v1.ref(TallyV1, "a").bump.send()
+    v1.ref(TallyV1, "fresh")  # known to v1 only as a reference: no row
+    v1.testing.drain()
+    v2 = make_runtime(workers=0)
+    migrated = {"total": 30, "unit": "tens"}
+    assert v2.ref(TallyV2, "a").snapshot() == migrated
+    admin = _ops(v2)
+    assert admin.actor_states("Tally", ["a", "missing"]) == {"a": migrated}
+    detail = admin.inspect_actor("Tally", "a")
+    assert (detail.state, detail.state_version, detail.state_migrated) == (migrated, 1, True)
+    # Nothing was written by the reads: the row still holds version 1.
+    assert count_rows(v2, "actors", "state_version = 1") == 1
+    # A process that does not know the type cannot migrate: it says so.
+    bare = _ops(make_runtime(workers=0))
+    with pytest.raises(UnknownActorType):
+        bare.actor_states("Tally", ["a"])
+    stored = bare.inspect_actor("Tally", "a")
+    assert (stored.state, stored.state_migrated) == ({"count": 3}, False)

@@ -17,8 +17,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NotRequired, Required, get_origin
 
-from pydantic import ConfigDict, PydanticSchemaGenerationError, TypeAdapter, ValidationError
-from pydantic_core import PydanticSerializationError
+from pydantic import (
+    ConfigDict,
+    PydanticSchemaGenerationError,
+    TypeAdapter,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+)
+from pydantic_core import PydanticCustomError, PydanticSerializationError, SchemaValidator
+from pydantic_core import core_schema as cs
 from typing_extensions import TypedDict
 
 from .codec import MAX_OPERATION_LENGTH, MAX_TYPE_LENGTH, encode_json, reject_non_finite
@@ -69,6 +76,50 @@ def _typed_dict(name: str, fields: dict[str, Any]) -> Any:
     td: Any = TypedDict(name, fields)  # type: ignore[misc]
     setattr(td, "__pydantic_config__", ConfigDict(extra="forbid"))  # noqa: B010
     return td
+
+
+#: Core schema types of mappings whose keys pydantic converts (``"1"`` to ``1``).
+_MAPPING_SCHEMAS = frozenset({"dict", "counter", "ordered-dict"})
+
+
+def _refuse_merged_keys(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """Fail when converting the keys made two of them one: a value would be lost."""
+    converted = handler(value)
+    if isinstance(value, Mapping) and isinstance(converted, Mapping):
+        if len(converted) < len(value):
+            keys = ", ".join(repr(k) for k in list(value)[:10])
+            raise PydanticCustomError(
+                "merged_keys",
+                "keys {keys} become {kept} keys after conversion: a value would be lost",
+                {"keys": keys, "kept": len(converted)},
+            )
+    return converted
+
+
+def _guard_mappings(schema: Any) -> Any:
+    """A copy of a core schema whose every mapping is checked by _refuse_merged_keys."""
+    if isinstance(schema, list):
+        return [_guard_mappings(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    guarded = {key: _guard_mappings(item) for key, item in schema.items()}
+    if guarded.get("type") in _MAPPING_SCHEMAS:
+        return cs.no_info_wrap_validator_function(_refuse_merged_keys, guarded)
+    return guarded
+
+
+def _adapter(annotation: Any) -> TypeAdapter[Any]:
+    """A TypeAdapter that refuses mappings whose keys collide once converted.
+
+    pydantic turns ``{1: "a", "1": "b"}`` for ``dict[int, str]`` into ``{1: "b"}``
+    silently, and a check before validation cannot know the key type. The adapter's
+    validator is rebuilt from its own core schema with every mapping wrapped; its
+    serializer is left as pydantic built it. (A pydantic model's fields are validated
+    by the model's own validator, which this does not rewrite.)
+    """
+    adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+    adapter.validator = SchemaValidator(_guard_mappings(adapter.core_schema))
+    return adapter
 
 
 def _validation_message(exc: ValidationError) -> str:
@@ -291,8 +342,8 @@ def _build_operation(cls: type, name: str, function: Callable[..., Any]) -> Oper
             order.append(param.name)
     returns = hints.get("return", Any)
     try:
-        arguments: TypeAdapter[Any] = TypeAdapter(_typed_dict(f"{cls.__name__}_{name}", fields))
-        result: TypeAdapter[Any] = TypeAdapter(
+        arguments = _adapter(_typed_dict(f"{cls.__name__}_{name}", fields))
+        result = _adapter(
             type(None) if returns is None else returns  # `-> None`
         )
     except (PydanticSchemaGenerationError, TypeError) as exc:
@@ -385,7 +436,7 @@ def build_definition(cls: type, base: type) -> ActorDefinition:
     for name in fields:
         operations.pop(name, None)
     try:
-        state: TypeAdapter[Any] = TypeAdapter(
+        state = _adapter(
             _typed_dict(f"{cls.__name__}State", {k: Required[v] for k, v in fields.items()})
         )
         normalized = state.dump_python(state.validate_python(defaults), mode="json")

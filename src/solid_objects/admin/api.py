@@ -39,7 +39,6 @@ from .views import (
     RetriedEffect,
     Status,
     TypeStatus,
-    _json,
     _time,
 )
 
@@ -329,12 +328,14 @@ class Administration(Maintenance, AdminBase):
             effects = store.unfinished_effects_of(tx, row.pk, limit)
             reminders = store.reminders_of(tx, row.pk, limit)
             dead = store.open_dead_letters_of(tx, actor_type, actor_id)
+        state, migrated = self._state_or_stored(actor_type, row.state, row.state_version)
         return ActorDetail(
             actor_type=row.actor_type,
             actor_id=row.actor_id,
             incarnation=row.pk,
-            state=_json(row.state),
+            state=state,
             state_version=row.state_version,
+            state_migrated=migrated,
             created_at=_time(row.created_at),
             updated_at=_time(row.updated_at),
             done_seq=row.done_seq,

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from ..codec import check_identifier
-from ..errors import InvalidArguments, Unauthorized
+from ..errors import InvalidArguments, StateMigrationError, Unauthorized
 from .policy import ACTIONS, Action, Policy, deny_all
 
 if TYPE_CHECKING:
@@ -58,6 +58,15 @@ def _pair(value: Any) -> tuple[int, str]:
     if not (isinstance(value, list) and len(value) == 2):
         raise InvalidArguments("not a valid cursor")
     return int(value[0]), str(value[1])
+
+
+def _stored_json(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def _check_limit(limit: int) -> int:
@@ -176,6 +185,27 @@ class AdminBase:
             raise Unauthorized(f"{self._principal} may not {name}: {reason}")
         self._ready()
         return self._principal
+
+    def _state_as_seen(self, actor_type: str, text: str | None, version: int) -> Any:
+        """Stored state as actor code of this process sees it: migrated to the class's
+        ``state_version`` (what ``snapshot()`` shows); None when nothing was committed.
+
+        UnknownActorType when the type is not registered here, StateMigrationError when
+        the migration fails: showing the stored JSON instead would present state of an
+        older version as if it were current.
+        """
+        definition = self._runtime.registry.get(actor_type)
+        if text is None:
+            return None
+        state = definition.load_state(text, version)
+        return definition.state.dump_python(state, mode="json")
+
+    def _state_or_stored(self, actor_type: str, text: str | None, version: int) -> tuple[Any, bool]:
+        """``_state_as_seen`` and True, or the stored JSON and False when it cannot be."""
+        try:
+            return self._state_as_seen(actor_type, text, version), True
+        except (LookupError, StateMigrationError):
+            return _stored_json(text), False
 
     def _ready(self) -> None:
         root = self._root

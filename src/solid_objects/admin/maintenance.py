@@ -35,7 +35,6 @@ from .views import (
     RecoveredProcess,
     ReminderChange,
     ReminderInfo,
-    _json,
     _time,
 )
 
@@ -173,7 +172,11 @@ class Maintenance(AdminBase):
         return Page([self._summary(r, now) for r in rows], next_cursor, _time(now))
 
     def actor_states(self, actor_type: str, actor_ids: Sequence[str]) -> dict[str, Any]:
-        """Committed state of each listed actor that exists (reconciliation with your data)."""
+        """Committed state of each listed actor that exists (reconciliation with your data).
+
+        The state is migrated to the class's ``state_version``, as ``snapshot()`` shows it:
+        the type must be registered in this process (UnknownActorType otherwise).
+        """
         check_identifier(actor_type, what="actor type")
         ids = [actor_ids] if isinstance(actor_ids, str) else list(dict.fromkeys(actor_ids))
         if not 1 <= len(ids) <= MAX_LIMIT:
@@ -181,10 +184,13 @@ class Maintenance(AdminBase):
         for actor_id in ids:
             check_identifier(actor_id, what="actor id")
         self._authorize("actors.states", actor_type=actor_type, actor_ids=tuple(ids))
+        self._runtime.registry.get(actor_type)  # before anything is read
         store = self._runtime.store
         with store.read() as tx:
             rows = store.actors_by_ids(tx, actor_type, ids)
-        return {r.actor_id: _json(r.state) for r in rows}
+        return {
+            r.actor_id: self._state_as_seen(actor_type, r.state, r.state_version) for r in rows
+        }
 
     def orphans(self) -> Orphans:
         """Unfinished rows whose actor incarnation no longer exists (should all be 0)."""

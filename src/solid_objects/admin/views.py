@@ -228,8 +228,10 @@ class ActorDetail:
     actor_id: str
     #: The incarnation (``pk``): a destroyed and re-created actor gets a new one.
     incarnation: int
-    #: The committed state as stored (None: nothing committed yet).
+    #: The committed state, migrated to the class's ``state_version`` as ``snapshot()``
+    #: shows it (None: nothing committed yet); see ``state_migrated``.
     state: Any
+    #: The version the stored state was written with.
     state_version: int
     created_at: datetime | None
     updated_at: datetime | None
@@ -252,6 +254,9 @@ class ActorDetail:
     open_dead_letters: int
     #: The database clock when this was read.
     now: datetime | None
+    #: False when ``state`` is shown as stored, not migrated: the actor type is not
+    #: registered in this process, or its migration fails (``snapshot()`` would raise).
+    state_migrated: bool = True
 
 
 @dataclass(frozen=True)
