@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+from .authorization import KINDS, Policy, check_policies, option_name
 from .errors import ConfigurationError
 from .redaction import redact_url
 
@@ -65,6 +66,13 @@ class Options:
     retention: float | None = None
     #: Seconds between automatic prunes (with ``retention``).
     retention_interval: float = 3600.0
+    #: Per-call policies (``policy(AuthorizationRequest) -> bool``; see
+    #: :mod:`solid_objects.authorization`). None: the application's own calls are
+    #: trusted (message, query, destroy); subscriptions are denied.
+    authorize_message: Policy | None = None
+    authorize_query: Policy | None = None
+    authorize_destroy: Policy | None = None
+    authorize_subscription: Policy | None = None
 
     @classmethod
     def from_kwargs(cls, kwargs: dict[str, Any]) -> Options:
@@ -123,6 +131,10 @@ class Options:
                 raise ConfigurationError(f"{name} must be at most {_MAX_THREADS}, not {count}")
         if self.lease_duration < 0.05:
             raise ConfigurationError("lease_duration must be at least 0.05 seconds")
+        check_policies(
+            {option_name(kind): getattr(self, option_name(kind)) for kind in KINDS},
+            allow_async=True,
+        )
         if self.sqlite_synchronous not in ("NORMAL", "FULL"):
             raise ConfigurationError("sqlite_synchronous must be 'NORMAL' or 'FULL'")
         if self.wakeup_url is not None and not re.match(

@@ -35,14 +35,19 @@ class CallOptions:
     idempotency_key: str | None = None
     timeout: float | None = None
     delay: float = 0.0
+    #: What the per-call policies see as the caller (``AuthorizationRequest.context``).
+    authorization: Any = None
 
     def merge(
         self,
         idempotency_key: str | None,
         timeout: float | timedelta | None,
         delay: float | timedelta | None,
+        authorization: Any = None,
     ) -> CallOptions:
         changes: dict[str, Any] = {}
+        if authorization is not None:
+            changes["authorization"] = authorization
         if idempotency_key is not None:
             changes["idempotency_key"] = check_identifier(idempotency_key, what="idempotency key")
         if timeout is not None:
@@ -169,9 +174,12 @@ class OperationHandle:
         idempotency_key: str | None = None,
         timeout: float | timedelta | None = None,
         delay: float | timedelta | None = None,
+        authorization: Any = None,
     ) -> OperationHandle:
         return OperationHandle(
-            self._ref, self._operation, self._options.merge(idempotency_key, timeout, delay)
+            self._ref,
+            self._operation,
+            self._options.merge(idempotency_key, timeout, delay, authorization),
         )
 
 
@@ -209,12 +217,13 @@ class Ref(Generic[A]):
         idempotency_key: str | None = None,
         timeout: float | timedelta | None = None,
         delay: float | timedelta | None = None,
+        authorization: Any = None,
     ) -> Ref[A]:
         return Ref(
             self._runtime,
             self._definition,
             self.actor_id,
-            self._options.merge(idempotency_key, timeout, delay),
+            self._options.merge(idempotency_key, timeout, delay, authorization),
         )
 
     @overload
@@ -251,7 +260,9 @@ class Ref(Generic[A]):
 
     def snapshot(self) -> dict[str, Any]:
         """The committed state (defaults if the actor never ran); no mailbox write."""
-        return self._runtime._engine.snapshot(self._definition, self.actor_id)
+        return self._runtime._engine.snapshot(
+            self._definition, self.actor_id, context=self._options.authorization
+        )
 
     def destroy(self) -> bool:
         """Delete this incarnation; pending messages fail with ActorDestroyed.
@@ -259,7 +270,9 @@ class Ref(Generic[A]):
         Refused inside a turn: it would commit on its own, outside the turn's commit.
         """
         refuse_destroy_inside_turn(f"destroying {self.actor_type}({self.actor_id!r})")
-        return self._runtime._engine.destroy(self._definition, self.actor_id)
+        return self._runtime._engine.destroy(
+            self._definition, self.actor_id, context=self._options.authorization
+        )
 
     def _invoke(
         self,
@@ -270,7 +283,14 @@ class Ref(Generic[A]):
     ) -> Any:
         engine = self._runtime._engine
         if operation.is_query:
-            return engine.query(self._definition, self.actor_id, operation, args, kwargs)
+            return engine.query(
+                self._definition,
+                self.actor_id,
+                operation,
+                args,
+                kwargs,
+                context=options.authorization,
+            )
         refuse_inside_turn(f"calling {self.actor_type}.{operation.name}()")
         engine.require_workers()
         message_id = engine.start_call(
@@ -362,9 +382,12 @@ class AsyncOperationHandle:
         idempotency_key: str | None = None,
         timeout: float | timedelta | None = None,
         delay: float | timedelta | None = None,
+        authorization: Any = None,
     ) -> AsyncOperationHandle:
         return AsyncOperationHandle(
-            self._ref, self._operation, self._options.merge(idempotency_key, timeout, delay)
+            self._ref,
+            self._operation,
+            self._options.merge(idempotency_key, timeout, delay, authorization),
         )
 
 
@@ -402,12 +425,13 @@ class AsyncRef(Generic[A]):
         idempotency_key: str | None = None,
         timeout: float | timedelta | None = None,
         delay: float | timedelta | None = None,
+        authorization: Any = None,
     ) -> AsyncRef[A]:
         return AsyncRef(
             self._runtime,
             self._definition,
             self.actor_id,
-            self._options.merge(idempotency_key, timeout, delay),
+            self._options.merge(idempotency_key, timeout, delay, authorization),
         )
 
     @overload
@@ -444,13 +468,19 @@ class AsyncRef(Generic[A]):
 
     async def snapshot(self) -> dict[str, Any]:
         return await self._runtime._run(
-            self._runtime.sync._engine.snapshot, self._definition, self.actor_id
+            self._runtime.sync._engine.snapshot,
+            self._definition,
+            self.actor_id,
+            context=self._options.authorization,
         )
 
     async def destroy(self) -> bool:
         refuse_destroy_inside_turn(f"destroying {self.actor_type}({self.actor_id!r})")
         return await self._runtime._run(
-            self._runtime.sync._engine.destroy, self._definition, self.actor_id
+            self._runtime.sync._engine.destroy,
+            self._definition,
+            self.actor_id,
+            context=self._options.authorization,
         )
 
     async def _invoke(
@@ -463,7 +493,13 @@ class AsyncRef(Generic[A]):
         engine = self._runtime.sync._engine
         if operation.is_query:
             return await self._runtime._run(
-                engine.query, self._definition, self.actor_id, operation, args, kwargs
+                engine.query,
+                self._definition,
+                self.actor_id,
+                operation,
+                args,
+                kwargs,
+                context=options.authorization,
             )
         # Checked here, on the turn's own thread: the engine runs in an executor thread.
         refuse_inside_turn(f"calling {self.actor_type}.{operation.name}()")

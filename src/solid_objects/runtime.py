@@ -28,6 +28,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from . import staging
 from .actor import Actor
 from .admin import Administration
+from .authorization import bind_caller_loop, check_policies, wrap_async_policies
 from .definition import Operation
 from .engine.client import Client
 from .engine.waiters import Waiters
@@ -108,6 +109,7 @@ class Runtime:
     """
 
     def __init__(self, database: str | URL | Engine, **options: Any) -> None:
+        check_policies(options, allow_async=False)
         self.options = Options.from_kwargs(options)
         self.engine = _create_engine(database, self.options)
         self.store = Store(
@@ -334,7 +336,8 @@ class AsyncRuntime:
     def __init__(
         self, database: str | URL | Engine, *, executor_threads: int = 16, **options: Any
     ) -> None:
-        self.sync = Runtime(database, **options)
+        # ``async def`` policies are awaited on the caller's loop (see _run).
+        self.sync = Runtime(database, **wrap_async_policies(options))
         self._executor_threads = executor_threads
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
@@ -389,6 +392,7 @@ class AsyncRuntime:
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         context = contextvars.copy_context()  # so the caller's trace context follows the call
+        bind_caller_loop(context, loop)
         return await loop.run_in_executor(self._pool(), partial(context.run, fn, *args, **kwargs))
 
     async def _wait(self, message: MessageReference[Any], timeout: float | None) -> Any:

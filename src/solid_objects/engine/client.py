@@ -16,21 +16,25 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from .. import faults
+from ..authorization import TRUSTED_BY_DEFAULT, AuthorizationRequest, Kind, answer, option_name
 from ..codec import decode_json
 from ..definition import ActorDefinition, Operation
 from ..errors import (
     ActorDestroyed,
     CallTimeout,
+    ConfigurationError,
     DatabaseError,
     MessageNotFound,
     MessagePending,
     RuntimeClosed,
     RuntimeNotStarted,
+    Unauthorized,
     error_from_document,
 )
 from ..options import Options
@@ -99,6 +103,57 @@ class Client:
             self.store.check_installed()
             self._schema_checked = True
 
+    # --- authorization ----------------------------------------------------------------
+
+    def authorize(
+        self,
+        kind: Kind,
+        context: Any,
+        actor_type: str,
+        actor_id: str,
+        operation: str | None = None,
+        arguments: str | None = None,
+    ) -> None:
+        """The one check every call passes, before it touches the database.
+
+        Raises Unauthorized unless the ``authorize_<kind>`` policy answers True (or
+        none is configured and the kind is trusted by default). ``arguments`` is the
+        call's encoded JSON, so the policy sees exactly what would be stored.
+        """
+        policy = getattr(self.options, option_name(kind))
+        if policy is None:
+            if kind in TRUSTED_BY_DEFAULT:
+                return
+            reason = f"no {option_name(kind)} policy is configured, and the default denies"
+        else:
+            decoded = decode_json(arguments) if arguments is not None else None
+            request = AuthorizationRequest(
+                kind,
+                context,
+                actor_type,
+                actor_id,
+                operation,
+                MappingProxyType(decoded if isinstance(decoded, dict) else {}),
+            )
+            try:
+                verdict = answer(policy, request)
+            except ConfigurationError:
+                raise
+            except Exception as exc:  # a policy that fails denies
+                log.warning("the %s policy raised %r; denying", option_name(kind), exc)
+                verdict = exc
+            if verdict is True:
+                return
+            reason = f"the {option_name(kind)} policy does not allow it"
+        target = f"{actor_type}({actor_id!r})" + (f".{operation}" if operation else "")
+        log.info(
+            "denied %s %s",
+            kind,
+            target,
+            extra={"solid_action": "call_denied", "actor_type": actor_type},
+        )
+        raise Unauthorized(f"{kind} {target} is not allowed: {reason}")
+
     # --- enqueue ----------------------------------------------------------------------
 
     def send(
@@ -116,12 +171,21 @@ class Client:
 
         With an idempotency key that was used before, the id is the earlier message's.
         """
+        arguments = operation.encode_arguments(args, kwargs, limit=self.options.max_payload_bytes)
+        self.authorize(
+            "message",
+            options.authorization,
+            definition.actor_type,
+            actor_id,
+            operation.name,
+            arguments,
+        )
         message_id = new_id()
         if register_waiter:
             self.waiters.register(message_id, enqueueing=True)
         try:
             enqueued = self._enqueue(
-                definition, actor_id, operation, args, kwargs, options, message_id
+                definition, actor_id, operation, options, message_id, arguments
             ).result()
         except BaseException:
             self.waiters.forget(message_id)
@@ -157,6 +221,14 @@ class Client:
             arguments = operation.encode_arguments(
                 args, kwargs, limit=self.options.max_payload_bytes
             )
+            self.authorize(
+                "message",
+                options.authorization,
+                definition.actor_type,
+                actor_id,
+                operation.name,
+                arguments,
+            )
             observed = self.pool.instrument.enqueue(
                 definition.actor_type, operation.name, message_id
             )
@@ -165,15 +237,7 @@ class Client:
             ):
                 return message_id
             enqueue = self._enqueue(
-                definition,
-                actor_id,
-                operation,
-                args,
-                kwargs,
-                options,
-                message_id,
-                arguments,
-                observed,
+                definition, actor_id, operation, options, message_id, arguments, observed
             )
         except BaseException:
             self.waiters.forget(message_id)
@@ -192,17 +256,12 @@ class Client:
         definition: ActorDefinition,
         actor_id: str,
         operation: Operation,
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
         options: CallOptions,
         message_id: str,
-        arguments: str | None = None,
+        arguments: str,
         observed: Callable[[Future[Any]], None] | None = None,
     ) -> Future[Enqueued]:
-        if arguments is None:
-            arguments = operation.encode_arguments(
-                args, kwargs, limit=self.options.max_payload_bytes
-            )
+        """Enqueue arguments already encoded and authorized."""
         self.ensure_schema()
         claim = self.pool.running and self.options.workers > 0
 
@@ -519,7 +578,10 @@ class Client:
             return definition.default_state()
         return definition.load_state(found[0], found[1])
 
-    def snapshot(self, definition: ActorDefinition, actor_id: str) -> dict[str, Any]:
+    def snapshot(
+        self, definition: ActorDefinition, actor_id: str, *, context: Any = None
+    ) -> dict[str, Any]:
+        self.authorize("query", context, definition.actor_type, actor_id)
         state = self.load_state(definition, actor_id)
         return definition.state.dump_python(state, mode="json")  # type: ignore[no-any-return]
 
@@ -530,11 +592,13 @@ class Client:
         operation: Operation,
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
+        *,
+        context: Any = None,
     ) -> Any:
         """Run a ``@query`` on a throwaway instance holding the committed state."""
-        arguments = operation.decode_arguments(
-            operation.encode_arguments(args, kwargs, limit=self.options.max_payload_bytes)
-        )
+        encoded = operation.encode_arguments(args, kwargs, limit=self.options.max_payload_bytes)
+        self.authorize("query", context, definition.actor_type, actor_id, operation.name, encoded)
+        arguments = operation.decode_arguments(encoded)
         instance = definition.instantiate(actor_id, self.load_state(definition, actor_id))
         value = operation.function(instance, **arguments)
         if inspect.isawaitable(value):
@@ -543,7 +607,10 @@ class Client:
             operation.encode_result(value, limit=self.options.max_result_bytes)
         )
 
-    def destroy(self, definition: ActorDefinition, actor_id: str) -> bool:
+    def destroy(self, definition: ActorDefinition, actor_id: str, *, context: Any = None) -> bool:
+        """Checked before the actor is looked up: denied, a missing and an existing
+        actor look the same."""
+        self.authorize("destroy", context, definition.actor_type, actor_id)
         self.ensure_schema()
         return self.store.transact(
             lambda tx: self.store.destroy(tx, definition.actor_type, actor_id)
