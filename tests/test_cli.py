@@ -311,7 +311,7 @@ def test_usage_and_loading_errors_exit_2(tmp_path: Path) -> None:
         [
             case(
                 2,
-                "expected MODULE:ATTRIBUTE (e.g. myapp.actors:runtime), got 'nocolon'",
+                "expected MODULE:RUNTIME (e.g. myapp.actors:runtime), got 'nocolon'",
                 "status",
                 "nocolon",
             ),
@@ -329,7 +329,7 @@ def test_usage_and_loading_errors_exit_2(tmp_path: Path) -> None:
             ),
             case(
                 2,
-                "tests.apps.admin_app:VERSION is a str, not a solid_objects.Runtime",
+                "tests.apps.admin_app:VERSION is a str, not a Runtime",
                 "status",
                 "tests.apps.admin_app:VERSION",
             ),

@@ -35,24 +35,26 @@ EXIT_USAGE = 2
 
 
 def load_runtime(target: str) -> Runtime:
-    """Import ``module:attribute`` and return the Runtime it names.
+    """Import ``MODULE:RUNTIME`` and return the Runtime it names.
 
-    Every way this can fail is a usage error (exit 2) that names the target:
-    a malformed target, a module that cannot be imported or raises while
-    importing (a bad database URL in ``Runtime(...)``, say), a missing
-    attribute, or an attribute that is not a runtime.
+    Every way this can fail is a usage error (exit 2) that names the target and
+    says what to change: a malformed target, a module that is not on the import
+    path (the message names the working directory and ``PYTHONPATH``), a module
+    that raises while importing (a bad database URL in ``Runtime(...)``, say), a
+    missing attribute, or an attribute that is not a runtime (an actor class,
+    say: the message lists the module's runtimes).
     """
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
         raise click.UsageError(
-            f"expected MODULE:ATTRIBUTE (e.g. myapp.actors:runtime), got {target!r}"
+            f"expected MODULE:RUNTIME (e.g. myapp.actors:runtime), got {target!r}"
         )
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise click.UsageError(f"cannot import module {module_name!r}: {exc}") from None
+        raise click.UsageError(_import_failure(module_name, exc)) from None
     except Exception as exc:
         raise click.UsageError(
             f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}"
@@ -61,17 +63,67 @@ def load_runtime(target: str) -> Runtime:
         value: Any = module
         for part in attribute.split("."):
             value = getattr(value, part)
+        if isinstance(value, type):
+            raise click.UsageError(
+                f"{target} is the class {value.__qualname__}, not a Runtime. "
+                + _runtime_hint(module, module_name)
+            )
         if callable(value) and not isinstance(value, Runtime | AsyncRuntime):
-            value = value()
+            value = value()  # a factory function returning the runtime
     except AttributeError:
-        raise click.UsageError(f"module {module_name!r} has no attribute {attribute!r}") from None
+        raise click.UsageError(
+            f"module {module_name!r} has no attribute {attribute!r}. "
+            + _runtime_hint(module, module_name)
+        ) from None
+    except click.UsageError:
+        raise
     except Exception as exc:
         raise click.UsageError(f"loading {target} failed: {type(exc).__name__}: {exc}") from None
     if isinstance(value, AsyncRuntime):
         value = value.sync
     if not isinstance(value, Runtime):
-        raise click.UsageError(f"{target} is a {type(value).__name__}, not a solid_objects.Runtime")
+        raise click.UsageError(
+            f"{target} is a {type(value).__name__}, not a Runtime. "
+            + _runtime_hint(module, module_name)
+        )
     return value
+
+
+def _import_failure(module_name: str, exc: ImportError) -> str:
+    """Why ``module_name`` did not import, with where Python looked when it is not found."""
+    missing = getattr(exc, "name", None)
+    if isinstance(exc, ModuleNotFoundError) and missing is not None:
+        if module_name == missing or module_name.startswith(missing + "."):
+            path = os.environ.get("PYTHONPATH")
+            return (
+                f"cannot import module {module_name!r}: {exc}. Modules are looked up from "
+                f"the working directory ({os.getcwd()}) and PYTHONPATH "
+                f"({path if path else 'not set'}): run the command from your project's "
+                f"folder, or set PYTHONPATH to the folder that holds "
+                f"{missing.replace('.', '/')}/ or {missing.replace('.', '/')}.py"
+            )
+        return (
+            f"importing module {module_name!r} failed: it imports {missing!r}, which is "
+            f"not installed in this environment ({sys.executable}): {exc}"
+        )
+    return f"cannot import module {module_name!r}: {exc}"
+
+
+def _runtime_hint(module: Any, module_name: str) -> str:
+    """What a target should name: the module's runtimes, if it has any."""
+    found = sorted(
+        name
+        for name, value in vars(module).items()
+        if isinstance(value, Runtime | AsyncRuntime) and not name.startswith("_")
+    )
+    if found:
+        listed = ", ".join(f"{module_name}:{name}" for name in found)
+        return f"The target names the attribute that holds the runtime: {listed}"
+    return (
+        "The target names the module attribute that holds your solid_objects.Runtime "
+        f"(or AsyncRuntime, or a function returning one), e.g. {module_name}:runtime "
+        "for runtime = Runtime(...)"
+    )
 
 
 def cli_principal() -> str:

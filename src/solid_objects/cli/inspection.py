@@ -341,8 +341,8 @@ def dead_letters_retry(
     """Send dead letters again, each to the tail of its actor's mailbox.
 
     Idempotent: a dead letter is retried once however often this runs. If any id
-    is unknown, not a dead letter, or discarded, nothing is retried. ``-`` reads
-    ids from stdin.
+    is unknown, not a dead letter, or discarded, nothing is retried. An id of "-"
+    reads more ids from stdin.
     """
     ids = read_ids(message_ids)
     with admin_session(target) as admin:

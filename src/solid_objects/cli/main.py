@@ -20,9 +20,10 @@ from .common import EXIT_FAILED
 @click.group()
 @click.option(
     "--log-level",
-    default="WARNING",
+    default="warning",
     show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    help="How much the library logs to stderr.",
 )
 def main(log_level: str) -> None:
     """Durable virtual actors in the SQL database you already run."""

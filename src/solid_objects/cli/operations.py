@@ -71,7 +71,7 @@ def _pause_command(pause: bool) -> click.Command:
         click.echo(f"{actor_type} {actor_id}: {'already ' if result.already else ''}{state}")
 
     command.help = (
-        "Hold an actor's mailbox: calls are accepted, none runs until `resume`."
+        "Hold an actor's mailbox: calls are accepted, none runs until \"resume\"."
         if pause
         else "Let a paused actor's mailbox run again, in order."
     )

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..errors import SolidObjectsError
+from ..errors import SchemaNotInstalled, SolidObjectsError
 from ..runtime import Runtime
 from .common import EXIT_FAILED, load_runtime, target_argument
 
@@ -37,6 +37,10 @@ def worker(target: str, workers: int | None, install: bool, health_port: int | N
     try:
         if install:
             runtime.install()
+        else:
+            # Before the banner: a worker that cannot run says so first, not after
+            # announcing its threads.
+            runtime.store.check_installed()
         click.echo(
             f"solid-objects worker {runtime.owner}: {runtime.options.workers} threads, "
             f"types {runtime.registry.types()}",
@@ -48,6 +52,13 @@ def worker(target: str, workers: int | None, install: bool, health_port: int | N
             serve_health(runtime, health_port, host="0.0.0.0")
             click.echo(f"health check on http://0.0.0.0:{health_port}/healthz", err=True)
         runtime.run()
+    except SchemaNotInstalled as exc:
+        click.echo(
+            f"error: {exc}\nInstall first with `solid-objects install {target}`, or start "
+            "the worker with --install.",
+            err=True,
+        )
+        sys.exit(EXIT_FAILED)
     except SolidObjectsError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_FAILED)
