@@ -9,19 +9,26 @@ so a module-level runtime is started and closed many times in one process
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
 from solid_objects import Actor, AsyncRuntime, Runtime
 from solid_objects.errors import RuntimeClosed, RuntimeNotStarted
+from tests.apps.procapp import Tally
 
 from .conftest import FAST
 
 T = TypeVar("T")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Visits(Actor):
@@ -173,3 +180,61 @@ def test_async_run_returns_when_the_runtime_is_ended(db_url: str, end: str) -> N
             await runtime.close()
 
     asyncio.run(main())
+
+
+# --- a process that exits without close() gives its leases back (issue 13.2) --------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "signum"),
+    [("return", None), ("wait", signal.SIGTERM), ("with", signal.SIGTERM), ("wait", signal.SIGINT)],
+)
+def test_a_process_that_exits_without_close_releases_its_leases(
+    db_url: str, mode: str, signum: signal.Signals | None
+) -> None:
+    """The program returns from main, or is sent SIGTERM/SIGINT, with a started runtime.
+
+    Its lease lasts 120 s, so the lease row is free afterwards only if the process
+    released it; then another process's call is answered by that process's worker.
+    """
+    runtime = Runtime(db_url, workers=1, **FAST)
+    runtime.install()
+    program = subprocess.Popen(
+        [sys.executable, "-m", "tests.apps.exits", mode],
+        cwd=ROOT,
+        env={**os.environ, "SOLID_TEST_DB": db_url},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert program.stdout is not None
+        assert program.stdout.readline() == "ready\n", (
+            program.stderr.read() if program.stderr else ""
+        )
+        assert _lease_owner(runtime) is not None  # the program holds the actor now
+        if signum is not None:
+            program.send_signal(signum)
+        code = program.wait(60)
+    finally:
+        if program.poll() is None:
+            program.kill()
+            program.wait(10)
+    stderr = program.stderr.read()
+    expected = {None: 0, signal.SIGTERM: 128 + signal.SIGTERM, signal.SIGINT: -signal.SIGINT}
+    assert code == expected[signum], stderr
+    assert _lease_owner(runtime) is None, "the exited process kept its lease"
+    with runtime.store.read() as tx:
+        stopped = tx.scalar("SELECT COUNT(*) FROM solid_processes WHERE stopped_at IS NOT NULL")
+    assert stopped == 1, "the exited process is not marked stopped"
+    with runtime:
+        assert runtime.ref(Tally, "t").add(n=1) == 2
+    runtime.close()
+
+
+def _lease_owner(runtime: Runtime) -> str | None:
+    with runtime.store.read() as tx:
+        owner = tx.scalar(
+            "SELECT lease_owner FROM solid_actors WHERE actor_type = 'Tally' AND actor_id = 't'"
+        )
+    return None if owner is None else str(owner)

@@ -25,7 +25,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-from . import staging
+from . import shutdown, staging
 from .actor import Actor
 from .admin import Administration
 from .authorization import bind_caller_loop, check_policies, wrap_async_policies
@@ -240,6 +240,7 @@ class Runtime:
                 self._listener.start()
             if self.options.workers > 0:
                 self._pool.start()
+            shutdown.watch(self)  # release the leases even if the process exits without close()
 
     def stop(self, timeout: float = 30.0) -> None:
         """Finish in-flight turns, then release every lease this process holds.
@@ -248,6 +249,7 @@ class Runtime:
         """
         self._request_stop()
         with self._lifecycle:
+            shutdown.unwatch(self)
             self._pool.stop(timeout)
             if self._listener is not None:
                 self._listener.stop()
@@ -440,6 +442,7 @@ class AsyncRuntime:
     # --- lifecycle --------------------------------------------------------------------
 
     async def start(self) -> None:
+        shutdown.guard_sigterm()  # here, on the loop's thread: the runtime starts in another
         await self._run(self.sync.start)
 
     async def stop(self, timeout: float = 30.0) -> None:
