@@ -203,6 +203,7 @@ def test_a_process_that_exits_without_close_releases_its_leases(
         [sys.executable, "-m", "tests.apps.exits", mode],
         cwd=ROOT,
         env={**os.environ, "SOLID_TEST_DB": db_url},
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -215,6 +216,10 @@ def test_a_process_that_exits_without_close_releases_its_leases(
         assert _lease_owner(runtime) is not None  # the program holds the actor now
         if signum is not None:
             program.send_signal(signum)
+        else:
+            assert program.stdin is not None
+            program.stdin.write("return now\n")
+            program.stdin.flush()
         code = program.wait(60)
     finally:
         if program.poll() is None:

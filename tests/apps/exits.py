@@ -4,7 +4,8 @@ It starts a runtime on ``SOLID_TEST_DB`` (a long lease, so only a release can
 free the actor soon), calls ``Tally("t").add`` once so this process holds the
 actor's lease, prints ``ready``, and then, by ``MODE``:
 
-- ``return``: returns from ``main`` (the runtime was started with ``start()``);
+- ``return``: reads a line from stdin (so the caller can look at the lease
+  first), then returns from ``main`` (the runtime was started with ``start()``);
 - ``wait``: waits forever after ``start()``, until a signal ends the process;
 - ``with``: waits forever inside ``with runtime:``, until a signal ends it.
 """
@@ -29,6 +30,7 @@ def main(mode: str) -> int:
     print("ready", flush=True)
     if mode == "wait":
         threading.Event().wait()
+    sys.stdin.readline()
     return 0
 
 
