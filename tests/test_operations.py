@@ -20,6 +20,7 @@ from solid_objects import Actor, Runtime
 from solid_objects.admin import Administration, NotFound, OperationRefused, allow
 from solid_objects.errors import InvalidArguments, Unauthorized
 from solid_objects.faults import inject
+from solid_objects.store.schema import SCHEMA_VERSION
 
 from .apps.procapp import AppendLog
 from .conftest import count_rows, db_now
@@ -339,7 +340,7 @@ def test_schema_3_databases_upgrade_to_4(db_url: str, make_runtime: Callable[...
         upgraded.register(Counter)
         upgraded.install()
         with upgraded.store.read() as tx:
-            assert tx.scalar("SELECT version FROM solid_schema") == 4
+            assert tx.scalar("SELECT version FROM solid_schema") == SCHEMA_VERSION
         page = ops(upgraded).list_reminders(actor_id="old")
         assert [r.paused for r in page.items] == [False, False]
         assert ops(upgraded).list_processes().items == []

@@ -270,3 +270,54 @@ def test_admin_reads_show_state_migrated_like_snapshot(
         bare.actor_states("Tally", ["a"])
     stored = bare.inspect_actor("Tally", "a")
     assert (stored.state, stored.state_migrated) == ({"count": 3}, False)
+
+
+# --- item 5: an effect's callback does not recreate a destroyed incarnation ---------------
+
+
+class Emitter(Actor):
+    log: list[str] = []
+
+    def start(self, fail: bool = False) -> None:
+        self.log.append("start")
+        self.emit("destroy_then_answer", fail=fail, on_success="succeeded", on_failure="failed")
+
+    def succeeded(self, effect_id: str) -> None:
+        self.log.append("succeeded")
+
+    def failed(self, effect_id: str) -> None:
+        self.log.append("failed")
+
+    def poke(self) -> list[str]:
+        self.log.append("poke")
+        return self.log
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["on_success", "on_failure"])
+def test_a_callback_after_destroy_does_not_recreate_the_incarnation(
+    make_runtime: Callable[..., Runtime], fail: bool
+) -> None:
+    from solid_objects import Rejected
+
+    rt = make_runtime(workers=0)
+    destroyed: list[bool] = []
+
+    @rt.effect("destroy_then_answer")
+    def destroy_then_answer(ctx: Any, fail: bool) -> None:
+        # The handler runs after the turn committed; the actor is destroyed before the
+        # effect's outcome (and its callback) is recorded.
+        destroyed.append(rt.ref(Emitter, ctx.actor_id).destroy())
+        if fail:
+            raise Rejected("declined")
+
+    rt.ref(Emitter, "e").start.send(fail=fail)
+    rt.testing.drain()
+    assert destroyed == [True]
+    assert count_rows(rt, "actors") == 0
+    callback = "failed" if fail else "succeeded"
+    assert count_rows(rt, "messages", f"operation = '{callback}' AND status = 'destroyed'") == 1
+    assert rt.ref(Emitter, "e").snapshot() == {"log": []}
+    # The next call starts a new incarnation that never saw the callback.
+    assert rt.ref(Emitter, "e").poke.send() is not None
+    rt.testing.drain()
+    assert rt.ref(Emitter, "e").snapshot() == {"log": ["poke"]}

@@ -205,6 +205,22 @@ class EffectRunner:
                 return []
             if callback is None:
                 return []
+            arguments = self._callback_arguments(effect, callback, result, error)
+            key = callback_key(effect.id, outcome)
+            if not self.store.lock_incarnation(tx, effect.actor_pk):
+                # The incarnation that emitted the effect was destroyed: its callback is
+                # one of its messages, not the first message of a new incarnation.
+                self.store.insert_destroyed(
+                    tx,
+                    message_id=new_id(),
+                    actor_pk=effect.actor_pk,
+                    actor_type=effect.actor_type,
+                    actor_id=effect.actor_id,
+                    operation=callback,
+                    arguments=arguments,
+                    idempotency_key=key,
+                )
+                return []
             try:
                 return [
                     self.store.enqueue(
@@ -213,12 +229,12 @@ class EffectRunner:
                         actor_type=effect.actor_type,
                         actor_id=effect.actor_id,
                         operation=callback,
-                        arguments=self._callback_arguments(effect, callback, result, error),
-                        idempotency_key=callback_key(effect.id, outcome),
+                        arguments=arguments,
+                        idempotency_key=key,
                         delay_ms=0,
                         claim_for=None,
                         lease_ms=0,
-                        traceparent=self.instrument.traceparent(callback_key(effect.id, outcome)),
+                        traceparent=self.instrument.traceparent(key),
                     )
                 ]
             except IdempotencyConflict:

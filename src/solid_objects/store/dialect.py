@@ -12,7 +12,7 @@ import math
 import re
 import select
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -221,6 +221,14 @@ class Dialect:
 
     def unlock_after_install(self, conn: Connection) -> None:
         """Release what :meth:`lock_for_install` took, if it outlives the transaction."""
+
+    def byte_exact_text(self, conn: Connection, tables: Sequence[str]) -> None:
+        """Make every text column of ``tables`` compare byte by byte (schema 5).
+
+        Nothing to do on SQLite (BINARY is its default collation) or PostgreSQL (a
+        deterministic collation, the default, calls two strings equal only when their
+        bytes are); MySQL and MariaDB override it.
+        """
 
     @contextmanager
     def install_transaction(self, engine: Engine) -> Iterator[Connection]:
@@ -444,6 +452,14 @@ class MySQLDialect(Dialect):
             cur.close()
 
     _LOCK = "CONCAT(DATABASE(), '.solid_objects_install')"
+
+    def byte_exact_text(self, conn: Connection, tables: Sequence[str]) -> None:
+        # The default collations ignore case and accents: reminders for `tick` and
+        # `Tick` (or `cafe` and `café`) would be one row. CONVERT rebuilds each table.
+        for table in tables:
+            conn.execute(
+                text(f"ALTER TABLE {table} CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+            )
 
     def lock_for_install(self, conn: Connection) -> None:
         # A session lock: DDL commits implicitly on MySQL, so no transaction can hold it.

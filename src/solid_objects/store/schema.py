@@ -30,7 +30,7 @@ from .admin import define_admin_tables, migrate_admin_tables
 from .dialect import Dialect
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def _ident(length: int) -> String:
@@ -207,6 +207,11 @@ def build_metadata(prefix: str) -> MetaData:
         Index(f"{prefix}processes_expiry", "stopped_at", "expires_at"),
     )
     define_admin_tables(md, prefix)
+    for table in md.tables.values():
+        # Every text column compares byte by byte on MySQL/MariaDB, not only the ones
+        # declared with _ident: names, keys and ids are case- and accent-sensitive.
+        table.dialect_kwargs["mysql_charset"] = "utf8mb4"
+        table.dialect_kwargs["mysql_collate"] = "utf8mb4_bin"
     return md
 
 
@@ -251,12 +256,20 @@ def _migrate_to_4(conn: Connection, md: MetaData) -> None:
             index.create(conn, checkfirst=True)
 
 
+def _migrate_to_5(conn: Connection, md: MetaData) -> None:
+    """Byte-exact text everywhere: on MySQL/MariaDB the columns that were created with
+    the server's default collation (``reminders.operation`` among them) ignored case and
+    accents. Rebuilds each table there; nothing to do elsewhere."""
+    md.info["dialect"].byte_exact_text(conn, sorted(md.tables))
+
+
 #: Ordered migrations: entry ``n`` brings the schema from version ``n`` to ``n + 1``.
 MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_1,
     _migrate_to_2,
     _migrate_to_3,
     _migrate_to_4,
+    _migrate_to_5,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -277,13 +290,14 @@ def install(conn: Connection, dialect: Dialect, prefix: str) -> int:
     """Bring the schema to SCHEMA_VERSION; safe to run from several processes at once."""
     dialect.lock_for_install(conn)
     try:
-        return _install_locked(conn, prefix)
+        return _install_locked(conn, dialect, prefix)
     finally:
         dialect.unlock_after_install(conn)
 
 
-def _install_locked(conn: Connection, prefix: str) -> int:
+def _install_locked(conn: Connection, dialect: Dialect, prefix: str) -> int:
     md = build_metadata(prefix)
+    md.info["dialect"] = dialect
     current = installed_version(conn, prefix) or 0
     if current > SCHEMA_VERSION:
         raise SchemaTooNew(

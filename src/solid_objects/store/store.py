@@ -1099,6 +1099,52 @@ class Store(
         now = int(row[4])
         return Due(*(None if v is None else int(v) - now for v in row[:4]))
 
+    def lock_incarnation(self, tx: Tx, pk: int) -> bool:
+        """Whether incarnation ``pk`` still exists; its row stays locked until the commit,
+        so a destroy cannot end it before this transaction has written to it."""
+        found = tx.scalar("SELECT pk FROM {actors} WHERE pk = :pk{for_update}", {"pk": pk})
+        return found is not None
+
+    def insert_destroyed(
+        self,
+        tx: Tx,
+        *,
+        message_id: str,
+        actor_pk: int,
+        actor_type: str,
+        actor_id: str,
+        operation: str,
+        arguments: str,
+        idempotency_key: str,
+    ) -> MessageRow:
+        """Record a message to an incarnation that no longer exists as ``destroyed`` (what
+        :meth:`destroy` made of its other messages), once per idempotency key."""
+        existing = self._keyed_message(tx, actor_pk, idempotency_key)
+        if existing is not None:
+            return existing
+        now = self.now(tx)
+        message = _scheduled(
+            message_id, actor_pk, actor_type, actor_id, operation, arguments, idempotency_key, now
+        )
+        message.status = "destroyed"
+        tx.run(
+            "INSERT INTO {messages} (id, actor_pk, actor_type, actor_id, seq, operation, "
+            "arguments, idempotency_key, status, available_at, attempts, created_at, "
+            "completed_at) VALUES (:id, :pk, :t, :i, NULL, :op, :args, :key, 'destroyed', "
+            ":now, 0, :now, :now)",
+            {
+                "id": message_id,
+                "pk": actor_pk,
+                "t": actor_type,
+                "i": actor_id,
+                "op": operation,
+                "args": arguments,
+                "key": idempotency_key,
+                "now": now,
+            },
+        )
+        return message
+
     def destroy(self, tx: Tx, actor_type: str, actor_id: str) -> bool:
         """End an incarnation: pending messages become ``destroyed``; the row goes."""
         pk = tx.scalar(
