@@ -10,7 +10,13 @@ import pytest
 
 from solid_objects import Actor, AsyncRuntime, Runtime, query
 from solid_objects.authorization import AuthorizationRequest
-from solid_objects.errors import ConfigurationError, SchemaNotInstalled, Unauthorized
+from solid_objects.errors import (
+    ConfigurationError,
+    MessageNotFound,
+    SchemaNotInstalled,
+    Unauthorized,
+)
+from solid_objects.ref import MessageReference
 from solid_objects.store.schema import build_metadata
 
 from .conftest import FAST
@@ -30,6 +36,13 @@ class Cart(Actor):
     @query
     def count(self) -> int:
         return len(self.items)
+
+
+class Wallet(Actor):
+    balance: int = 0
+
+    def add(self, item: str, quantity: int = 1) -> int:
+        return quantity
 
 
 def row_counts(runtime: Runtime) -> dict[str, int]:
@@ -239,5 +252,100 @@ def test_async_policies_on_the_async_face(db_url: str) -> None:
             assert row_counts(runtime.sync) == before
             assert {r.kind for r in seen} == {"message", "query"}
             assert await mine.destroy() is True
+
+    asyncio.run(main())
+
+
+def test_message_references_are_authorized_again_when_read(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    seen: list[AuthorizationRequest] = []
+
+    def policy(request: AuthorizationRequest) -> bool:
+        seen.append(request)
+        return owner_only(request)
+
+    rt = make_runtime(authorize_message=policy)
+    with rt:
+        sent = rt.ref(Cart, "cart-alice").with_options(authorization="alice").add.send(item="a")
+        assert sent.wait() == 1
+        again = rt.message(Cart, sent.id, authorization="alice")
+        assert (again.status(), again.result(), again.wait()) == ("completed", 1, 1)
+        assert seen[-1] == AuthorizationRequest(
+            "message", "alice", "Cart", "cart-alice", "add", {"item": "a"}, sent.id
+        )
+        stolen = sent.with_options(authorization="mallory")
+        for attempt in (stolen.status, stolen.result, stolen.wait):
+            with pytest.raises(Unauthorized) as denied:
+                attempt()
+            assert "cart-alice" not in str(denied.value)  # whose message it is stays hidden
+        with pytest.raises(Unauthorized):
+            rt.message(Cart, sent.id, authorization="mallory")
+        with pytest.raises(Unauthorized):
+            rt.message(Cart, sent.id)  # no context at all
+
+        # A forged reference: mallory claims the message is her own cart's.
+        add = rt.registry.register(Cart).operations["add"]
+        forged = MessageReference(rt, sent.id, add, "Cart", "cart-mallory", authorization="mallory")
+        for attempt in (forged.status, forged.result, forged.wait):
+            with pytest.raises(Unauthorized):
+                attempt()
+        # A foreign type, and an id that does not exist: refused like a denied read.
+        missing = "0" * 32
+        with pytest.raises(Unauthorized) as foreign:
+            rt.message(Wallet, sent.id, authorization="mallory")
+        with pytest.raises(Unauthorized) as absent:
+            rt.message(Wallet, missing, authorization="mallory")
+        assert str(absent.value) == str(foreign.value).replace(sent.id, missing)
+        with pytest.raises(Unauthorized):
+            rt.message(Cart, missing, authorization="alice")
+        probe = MessageReference(rt, missing, add, "Cart", "cart-alice", authorization="alice")
+        with pytest.raises(Unauthorized):
+            probe.status()
+
+
+def test_without_a_policy_a_reference_must_still_match_its_message(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    rt = make_runtime()
+    with rt:
+        sent = rt.ref(Cart, "c1").add.send(item="a")
+        assert rt.message(Cart, sent.id).wait() == 1
+        with pytest.raises(MessageNotFound):
+            rt.message(Wallet, sent.id)
+        with pytest.raises(MessageNotFound):
+            rt.message(Cart, "0" * 32)
+        add = rt.registry.register(Cart).operations["add"]
+        count = rt.registry.register(Cart).operations["count"]
+        for forged in (
+            MessageReference(rt, sent.id, add, "Cart", "c2"),
+            MessageReference(rt, sent.id, count, "Cart", "c1"),
+            MessageReference(rt, sent.id, add, "Wallet", "c1"),
+        ):
+            for attempt in (forged.status, forged.result, forged.wait):
+                with pytest.raises(Unauthorized, match="does not match"):
+                    attempt()
+
+
+def test_async_message_references_are_authorized_again_when_read(db_url: str) -> None:
+    async def policy(request: AuthorizationRequest) -> bool:
+        await asyncio.sleep(0)
+        return owner_only(request)
+
+    async def main() -> None:
+        runtime = AsyncRuntime(db_url, workers=2, **FAST, authorize_message=policy)
+        await runtime.install()
+        async with runtime:
+            mine = runtime.ref(Cart, "cart-erin").with_options(authorization="erin")
+            sent = await mine.add.send(item="a")
+            assert await sent.wait() == 1
+            again = await runtime.message(Cart, sent.id, authorization="erin")
+            assert await again.result() == 1
+            stolen = sent.with_options(authorization="mallory")
+            for attempt in (stolen.status, stolen.result, stolen.wait):
+                with pytest.raises(Unauthorized):
+                    await attempt()
+            with pytest.raises(Unauthorized):
+                await runtime.message(Cart, sent.id, authorization="mallory")
 
     asyncio.run(main())

@@ -45,6 +45,9 @@ class AuthorizationRequest:
     operation: str | None = None
     #: The call's arguments by name, as they are stored (JSON values); read-only.
     arguments: Mapping[str, Any] = field(default_factory=lambda: _NO_ARGUMENTS)
+    #: Set when a stored message is read back (``MessageReference.status()``,
+    #: ``result()``, ``wait()``, ``runtime.message()``): its id. None for a new call.
+    message_id: str | None = None
 
 
 Policy = Callable[[AuthorizationRequest], "bool | Awaitable[bool]"]

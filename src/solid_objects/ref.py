@@ -123,24 +123,52 @@ def operation_of(definition: ActorDefinition, method: Callable[..., Any]) -> Ope
 
 
 class MessageReference(Generic[R_co]):
-    """A durable message: poll it, read its outcome, or wait for it."""
+    """A durable message: poll it, read its outcome, or wait for it.
+
+    ``status()``, ``result()`` and ``wait()`` check that the stored message is this
+    reference's (actor type, actor id, operation) and ask ``authorize_message`` again,
+    with the stored arguments and this reference's ``authorization`` context.
+    """
 
     def __init__(
-        self, runtime: Runtime, id: str, operation: Operation, actor_type: str, actor_id: str
+        self,
+        runtime: Runtime,
+        id: str,
+        operation: Operation,
+        actor_type: str,
+        actor_id: str,
+        *,
+        authorization: Any = None,
+        verified: bool = False,
     ) -> None:
         self._runtime = runtime
         self._operation = operation
         self.id = id
         self.actor_type = actor_type
         self.actor_id = actor_id
+        #: The context the message policy sees when this reference is read.
+        self.authorization = authorization
+        #: True for the reference ``send()`` returned: its call was just authorized.
+        self.verified = verified
 
     @property
     def operation(self) -> str:
         return self._operation.name
 
+    def with_options(self, *, authorization: Any = None) -> MessageReference[R_co]:
+        """This reference, read with another authorization context."""
+        return MessageReference(
+            self._runtime,
+            self.id,
+            self._operation,
+            self.actor_type,
+            self.actor_id,
+            authorization=self.authorization if authorization is None else authorization,
+        )
+
     def status(self) -> str:
         """``scheduled``, ``queued``, ``completed``, ``rejected``, ``dead`` or ``destroyed``."""
-        return self._runtime._engine.status(self.id)
+        return self._runtime._engine.status(self)
 
     def result(self) -> R_co:
         """The committed result now; raises MessagePending if the message has not finished."""
@@ -297,7 +325,13 @@ class Ref(Generic[A]):
             self._definition, self.actor_id, operation, args, kwargs, options
         )
         message: MessageReference[Any] = MessageReference(
-            self._runtime, message_id, operation, self.actor_type, self.actor_id
+            self._runtime,
+            message_id,
+            operation,
+            self.actor_type,
+            self.actor_id,
+            authorization=options.authorization,
+            verified=True,
         )
         return engine.wait(message, options.timeout)
 
@@ -317,7 +351,13 @@ class Ref(Generic[A]):
             self._definition, self.actor_id, operation, args, kwargs, options
         )
         return MessageReference(
-            self._runtime, message_id, operation, self.actor_type, self.actor_id
+            self._runtime,
+            message_id,
+            operation,
+            self.actor_type,
+            self.actor_id,
+            authorization=options.authorization,
+            verified=True,
         )
 
     def __repr__(self) -> str:
@@ -331,21 +371,48 @@ class AsyncMessageReference(Generic[R_co]):
     """The asyncio twin of :class:`MessageReference`."""
 
     def __init__(
-        self, runtime: AsyncRuntime, id: str, operation: Operation, actor_type: str, actor_id: str
+        self,
+        runtime: AsyncRuntime,
+        id: str,
+        operation: Operation,
+        actor_type: str,
+        actor_id: str,
+        *,
+        authorization: Any = None,
+        verified: bool = False,
     ) -> None:
         self._runtime = runtime
         self._operation = operation
         self.id = id
         self.actor_type = actor_type
         self.actor_id = actor_id
+        self.authorization = authorization
+        self.verified = verified
 
     @property
     def operation(self) -> str:
         return self._operation.name
 
+    def with_options(self, *, authorization: Any = None) -> AsyncMessageReference[R_co]:
+        """This reference, read with another authorization context."""
+        return AsyncMessageReference(
+            self._runtime,
+            self.id,
+            self._operation,
+            self.actor_type,
+            self.actor_id,
+            authorization=self.authorization if authorization is None else authorization,
+        )
+
     def _sync(self) -> MessageReference[R_co]:
         return MessageReference(
-            self._runtime.sync, self.id, self._operation, self.actor_type, self.actor_id
+            self._runtime.sync,
+            self.id,
+            self._operation,
+            self.actor_type,
+            self.actor_id,
+            authorization=self.authorization,
+            verified=self.verified,
         )
 
     async def status(self) -> str:
@@ -508,7 +575,13 @@ class AsyncRef(Generic[A]):
             engine.start_call, self._definition, self.actor_id, operation, args, kwargs, options
         )
         message: MessageReference[Any] = MessageReference(
-            self._runtime.sync, message_id, operation, self.actor_type, self.actor_id
+            self._runtime.sync,
+            message_id,
+            operation,
+            self.actor_type,
+            self.actor_id,
+            authorization=options.authorization,
+            verified=True,
         )
         return await self._runtime._wait(message, options.timeout)
 
@@ -529,7 +602,13 @@ class AsyncRef(Generic[A]):
             engine.send, self._definition, self.actor_id, operation, args, kwargs, options
         )
         return AsyncMessageReference(
-            self._runtime, message_id, operation, self.actor_type, self.actor_id
+            self._runtime,
+            message_id,
+            operation,
+            self.actor_type,
+            self.actor_id,
+            authorization=options.authorization,
+            verified=True,
         )
 
     def __repr__(self) -> str:

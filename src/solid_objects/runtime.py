@@ -34,7 +34,7 @@ from .engine.client import Client
 from .engine.waiters import Waiters
 from .engine.wakeup import listener_for
 from .engine.worker import WorkerPool
-from .errors import ApplicationWriteForbidden, ConfigurationError, MessageNotFound
+from .errors import ApplicationWriteForbidden, ConfigurationError
 from .options import Options
 from .redaction import redact_url
 from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref, resolve_operation
@@ -196,17 +196,25 @@ class Runtime:
         definition = self.registry.register(cls)
         return Ref(self, definition, actor_id)
 
-    def message(self, cls: type[A], message_id: str) -> MessageReference[Any]:
-        """Rebuild a reference to a message sent earlier (for example in another process)."""
-        return MessageReference(self, *self._find_message(cls, message_id))
+    def message(
+        self, cls: type[A], message_id: str, *, authorization: Any = None
+    ) -> MessageReference[Any]:
+        """Rebuild a reference to a message sent earlier (for example in another process).
 
-    def _find_message(self, cls: type[A], message_id: str) -> tuple[str, Operation, str, str]:
+        ``authorize_message`` is asked with the stored request and ``authorization``;
+        with a policy configured, a missing message is refused as one not allowed.
+        """
+        found = self._find_message(cls, message_id, authorization)
+        return MessageReference(self, *found, authorization=authorization)
+
+    def _find_message(
+        self, cls: type[A], message_id: str, authorization: Any
+    ) -> tuple[str, Operation, str, str]:
         """(id, operation, actor_type, actor_id) of a stored message of ``cls``."""
         definition = self.registry.register(cls)
-        with self.store.read() as conn:
-            row = self.store.message(conn, message_id)
-        if row is None or row.actor_type != definition.actor_type:
-            raise MessageNotFound(f"no {definition.actor_type} message {message_id!r}")
+        row = self._engine.read_message(
+            message_id, definition.actor_type, None, None, authorization
+        )
         return row.id, resolve_operation(definition, row.operation), row.actor_type, row.actor_id
 
     # --- diagnosis ----------------------------------------------------------------------
@@ -424,10 +432,12 @@ class AsyncRuntime:
         definition = self.sync.registry.register(cls)
         return AsyncRef(self, definition, actor_id)
 
-    async def message(self, cls: type[A], message_id: str) -> AsyncMessageReference[Any]:
+    async def message(
+        self, cls: type[A], message_id: str, *, authorization: Any = None
+    ) -> AsyncMessageReference[Any]:
         """Rebuild a reference to a message sent earlier (for example in another process)."""
-        found = await self._run(self.sync._find_message, cls, message_id)
-        return AsyncMessageReference(self, *found)
+        found = await self._run(self.sync._find_message, cls, message_id, authorization)
+        return AsyncMessageReference(self, *found, authorization=authorization)
 
     # --- diagnosis ----------------------------------------------------------------------
 

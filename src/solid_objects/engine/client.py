@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -39,7 +39,7 @@ from ..errors import (
 )
 from ..options import Options
 from ..store import Enqueued, Store, Tx
-from ..store.store import TERMINAL, new_id
+from ..store.store import TERMINAL, MessageRow, new_id
 from .waiters import NUDGE, Outcome, Waiters
 from .worker import WorkerPool
 
@@ -113,12 +113,17 @@ class Client:
         actor_id: str,
         operation: str | None = None,
         arguments: str | None = None,
+        *,
+        message_id: str | None = None,
+        shown: str | None = None,
     ) -> None:
         """The one check every call passes, before it touches the database.
 
         Raises Unauthorized unless the ``authorize_<kind>`` policy answers True (or
         none is configured and the kind is trusted by default). ``arguments`` is the
         call's encoded JSON, so the policy sees exactly what would be stored.
+        ``shown`` names the target in the error instead of the request (a read of a
+        stored message must not reveal whose it is).
         """
         policy = getattr(self.options, option_name(kind))
         if policy is None:
@@ -134,6 +139,7 @@ class Client:
                 actor_id,
                 operation,
                 MappingProxyType(decoded if isinstance(decoded, dict) else {}),
+                message_id,
             )
             try:
                 verdict = answer(policy, request)
@@ -145,7 +151,10 @@ class Client:
             if verdict is True:
                 return
             reason = f"the {option_name(kind)} policy does not allow it"
-        target = f"{actor_type}({actor_id!r})" + (f".{operation}" if operation else "")
+        target = shown or f"{actor_type}({actor_id!r})" + (f".{operation}" if operation else "")
+        self._deny(kind, target, reason, actor_type)
+
+    def _deny(self, kind: Kind, target: str, reason: str, actor_type: str) -> NoReturn:
         log.info(
             "denied %s %s",
             kind,
@@ -423,12 +432,65 @@ class Client:
             log.debug("reading message %s failed (%r); will retry", message_id, exc)
             return None
 
-    def status(self, message_id: str) -> str:
+    def read_message(
+        self,
+        message_id: str,
+        actor_type: str,
+        actor_id: str | None,
+        operation: str | None,
+        context: Any,
+    ) -> MessageRow:
+        """The stored message a reference names, once it is shown to be the caller's to read.
+
+        The reference's actor type (and actor id and operation, when it claims them)
+        must match the stored request, and ``authorize_message`` is asked again with
+        the stored operation and arguments: holding a message id is not enough to read
+        another actor's outcome. With a policy configured, a missing message is refused
+        exactly like one the caller may not read, so ids cannot be probed.
+        """
         with self.store.read() as tx:
             row = self.store.message(tx, message_id)
-        if row is None:
-            raise MessageNotFound(f"no message {message_id!r} (never sent, or pruned)")
-        return row.status
+        shown = f"{message_id!r} of {actor_type}"
+        matches = (
+            row is not None
+            and row.actor_type == actor_type
+            and actor_id in (None, row.actor_id)
+            and operation in (None, row.operation)
+        )
+        if row is None or not matches:
+            guarded = self.options.authorize_message is not None
+            if not guarded and (row is None or (actor_id is None and row.actor_type != actor_type)):
+                raise MessageNotFound(f"no {actor_type} message {message_id!r}")
+            reason = (
+                "the authorize_message policy does not allow it"
+                if guarded
+                else "the reference does not match the stored message"
+            )
+            self._deny("message", shown, reason, actor_type)
+        self.authorize(
+            "message",
+            context,
+            row.actor_type,
+            row.actor_id,
+            row.operation,
+            row.arguments,
+            message_id=message_id,
+            shown=shown,
+        )
+        return row
+
+    def checked(self, message: MessageReference[Any]) -> MessageRow:
+        """:meth:`read_message` for a reference, with the context it carries."""
+        return self.read_message(
+            message.id,
+            message.actor_type,
+            message.actor_id,
+            message.operation,
+            message.authorization,
+        )
+
+    def status(self, message: MessageReference[Any]) -> str:
+        return self.checked(message).status
 
     @staticmethod
     def settle(message: MessageReference[Any], outcome: Outcome) -> Any:
@@ -444,12 +506,15 @@ class Client:
         raise error_from_document(message.id, document, rejected=outcome.status == "rejected")
 
     def result(self, message: MessageReference[Any]) -> Any:
-        outcome = self.outcome(message.id)
+        row = self.checked(message)
+        outcome = Outcome(row.status, row.result, row.error) if row.status in TERMINAL else None
         if outcome is None:
             raise MessagePending(f"message {message.id} has not finished; use wait()")
         return self.settle(message, outcome)
 
     def wait(self, message: MessageReference[Any], timeout: float | None) -> Any:
+        if not message.verified:
+            self.checked(message)
         limit = self.options.call_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         late = not self.waiters.has(message.id)  # not registered before its enqueue
@@ -481,6 +546,8 @@ class Client:
         self, message: MessageReference[Any], timeout: float | None, run: Any
     ) -> Any:
         """The asyncio wait: the same loop, awaiting instead of blocking."""
+        if not message.verified:
+            await run(self.checked, message)
         limit = self.options.call_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         late = not self.waiters.has(message.id)  # not registered before its enqueue
