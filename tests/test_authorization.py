@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from solid_objects import Actor, AsyncRuntime, Runtime, query
+from solid_objects.admin.policy import allow
 from solid_objects.authorization import AuthorizationRequest
+from solid_objects.doctor import Check
 from solid_objects.errors import (
     ConfigurationError,
     MessageNotFound,
@@ -347,5 +349,64 @@ def test_async_message_references_are_authorized_again_when_read(db_url: str) ->
                     await attempt()
             with pytest.raises(Unauthorized):
                 await runtime.message(Cart, sent.id, authorization="mallory")
+
+    asyncio.run(main())
+
+
+def posture(runtime: Runtime) -> Check:
+    (check,) = [c for c in runtime.doctor(round_trip=False).checks if c.name == "authorization"]
+    return check
+
+
+def test_doctor_reports_the_posture_and_warns_when_a_surface_is_open_to_everyone(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    default = posture(make_runtime())
+    assert default.status == "ok"
+    assert default.detail == (
+        "message: trusted (no policy); query: trusted (no policy); destroy: trusted "
+        "(no policy); subscription: denied (no policy); administration: denied (no policy)"
+    )
+
+    guarded = make_runtime(authorize_message=owner_only, authorize_subscription=owner_only)
+    guarded.admin.set_policy(allow({"cli:alice": "*"}))
+    check = posture(guarded)
+    assert check.status == "ok", check
+    assert "message: policy owner_only" in check.detail
+    assert "subscription: policy owner_only" in check.detail
+    assert "administration: policy allow(" in check.detail
+
+    def everyone(request: AuthorizationRequest) -> bool:
+        return True
+
+    def broken(request: AuthorizationRequest) -> bool:
+        raise RuntimeError("no user")
+
+    wide = make_runtime(authorize_subscription=everyone, authorize_query=broken)
+    wide.admin.set_policy(allow({"*": "read"}))
+    check = posture(wide)
+    assert check.status == "warn"
+    assert "open to everyone: authorize_subscription, runtime.admin.set_policy" in check.detail
+    assert check.advice is not None and "docs/security.md" in check.advice
+
+
+def test_async_doctor_asks_async_policies(db_url: str) -> None:
+    async def everyone(request: AuthorizationRequest) -> bool:
+        await asyncio.sleep(0)
+        return True
+
+    async def main() -> None:
+        runtime = AsyncRuntime(db_url, workers=0, authorize_message=everyone)
+        await runtime.install()
+        try:
+            report = await runtime.doctor(round_trip=False)
+        finally:
+            await runtime.close()
+        (check,) = [c for c in report.checks if c.name == "authorization"]
+        assert check.status == "warn"
+        assert "message: policy test_async_doctor_asks_async_policies.<locals>.everyone" in (
+            check.detail
+        )
+        assert "open to everyone: authorize_message" in check.detail
 
     asyncio.run(main())

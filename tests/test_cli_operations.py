@@ -148,6 +148,7 @@ def test_doctor_reports_each_check_and_a_real_round_trip(
         "wake-up",
         "backlog",
         "round trip",
+        "authorization",
     ]
     assert checks["round trip"]["status"] == "ok"
     assert checks["workers"]["status"] == "warn"  # nobody runs Account workers
