@@ -340,7 +340,7 @@ def _round_trip(runtime: Runtime, checks: list[Check], timeout: float) -> None:
     from .runtime import Runtime
 
     probe = Runtime(
-        runtime.engine.url,
+        runtime.engine,  # its connections are made as the runtime's are (database.py)
         workers=1,
         table_prefix=runtime.options.table_prefix,
         lease_duration=max(runtime.options.lease_duration, 1.0),

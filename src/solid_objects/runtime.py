@@ -1,8 +1,9 @@
 """``Runtime`` and ``AsyncRuntime``: configuration, lifecycle and references.
 
-A runtime owns one SQLAlchemy engine (built from the URL, or from the URL of
-the engine you pass, so the library's connection settings never leak into
-your application's engine), the registry of actor classes, and the worker
+A runtime owns one SQLAlchemy engine (built from the URL, or making its
+connections through the Engine you pass, pooled apart so the library's
+connection settings never leak into your application's: ``database.py``), the
+registry of actor classes, and the worker
 pool of this process. ``AsyncRuntime`` wraps a ``Runtime`` and offers the
 same names as coroutines.
 """
@@ -21,22 +22,21 @@ from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy import Engine, event
+from sqlalchemy.engine import URL
 
 from . import shutdown, staging
 from .actor import Actor
 from .admin import Administration
 from .authorization import bind_caller_loop, check_policies, wrap_async_policies
+from .database import library_engine
 from .definition import Operation
 from .engine.client import Client
 from .engine.waiters import Waiters
 from .engine.wakeup import listener_for
 from .engine.worker import WorkerPool
-from .errors import ApplicationWriteForbidden, ConfigurationError
+from .errors import ApplicationWriteForbidden
 from .options import Options
-from .redaction import redact_url
 from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref, resolve_operation
 from .registry import NamedHandlers, Registry
 from .store import Store
@@ -52,44 +52,6 @@ A = TypeVar("A", bound=Actor)
 H = TypeVar("H", bound=Callable[..., Any])
 T = TypeVar("T")
 P = ParamSpec("P")
-
-
-def _create_engine(database: str | URL | Engine, options: Options) -> Engine:
-    try:
-        url = database.url if isinstance(database, Engine) else make_url(database)
-    except ArgumentError as exc:
-        raise ConfigurationError(
-            f"not a database URL: {redact_url(str(database))!r} ({exc})"
-        ) from None
-    kwargs: dict[str, Any] = {}
-    backend = url.get_backend_name()
-    if backend == "sqlite":
-        if url.database in (None, "", ":memory:") or "mode=memory" in str(url):
-            raise ConfigurationError(
-                "in-memory SQLite cannot be shared by workers and callers: use a file, "
-                "e.g. sqlite:///app.db"
-            )
-        kwargs["connect_args"] = {"check_same_thread": False, "timeout": options.busy_timeout}
-        kwargs["max_overflow"] = 64
-    else:
-        kwargs["max_overflow"] = 32
-        # No pool_pre_ping (a round trip per checkout) and no unconditional rollback on
-        # return (PyMySQL sends it even after COMMIT): the store pings only connections
-        # that may be dead and rolls back only open transactions (store.dialect).
-        kwargs["pool_recycle"] = 1800
-        kwargs["pool_reset_on_return"] = None
-    # Workers, effect runners, the poller and callers each hold a connection only for one
-    # transaction; overflow connections are closed on return, so a pool smaller than the
-    # usual concurrency reconnects on every transaction.
-    kwargs["pool_size"] = options.pool_size or options.workers + options.effect_workers + 8
-    try:
-        return create_engine(url, **kwargs)
-    except (NoSuchModuleError, ModuleNotFoundError) as exc:
-        extra = {"postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}.get(backend)
-        hint = f"; install solid-objects[{extra}]" if extra else ""
-        raise ConfigurationError(f"no driver for {url.drivername!r}: {exc}{hint}") from None
-    except ArgumentError as exc:
-        raise ConfigurationError(f"invalid database URL {redact_url(url)!r}: {exc}") from None
 
 
 def _refuse_inside_turn(*_: Any) -> None:
@@ -111,7 +73,7 @@ class Runtime:
     def __init__(self, database: str | URL | Engine, **options: Any) -> None:
         check_policies(options, allow_async=False)
         self.options = Options.from_kwargs(options)
-        self.engine = _create_engine(database, self.options)
+        self.engine = library_engine(database, self.options)
         self.store = Store(
             self.engine,
             prefix=self.options.table_prefix,

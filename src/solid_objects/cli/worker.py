@@ -70,7 +70,9 @@ def _with_workers(runtime: Runtime, workers: int) -> Runtime:
     """A runtime like ``runtime`` (same database, same actors) with ``workers`` threads."""
     options = {f: getattr(runtime.options, f) for f in runtime.options.__dataclass_fields__}
     options["workers"] = workers
-    fresh = Runtime(runtime.engine.url, **options)
+    # Through its engine, not its URL: an application engine's connect_args and
+    # listeners still make the connections (database.py).
+    fresh = Runtime(runtime.engine, **options)
     for actor_type in runtime.registry.types():
         fresh.register(runtime.registry.get(actor_type).cls)
     for name in runtime.effects.names():

@@ -86,11 +86,15 @@ class PostgresListener:
             thread.join(5)
 
     def _connect(self) -> Any:
-        import psycopg
-
-        args, kwargs = self._engine.dialect.create_connect_args(self._engine.url)
-        kwargs.pop("context", None)
-        conn = psycopg.connect(*args, **kwargs, autocommit=True)
+        # A new connection made the way every library connection is (an application
+        # engine's connect_args and listeners included, database.py), not rebuilt from
+        # the URL; from a copy of the pool, so it is fresh (never a pooled one that died
+        # with the server) and detached for good.
+        proxied = self._engine.pool.recreate().connect()
+        conn: Any = proxied.driver_connection
+        proxied.detach()
+        conn.rollback()
+        conn.autocommit = True
         conn.execute(f'LISTEN "{self._channel()}"')
         return conn
 

@@ -401,9 +401,19 @@ class PostgreSQLDialect(Dialect):
         def _connect(dbapi_conn: Any, _record: Any) -> None:
             # A row lock held by a stalled transaction must not hold a caller past its
             # deadline (PostgreSQL waits forever by default). SET is transactional here.
+            # Turns run at READ COMMITTED in real transactions whatever the engine the
+            # connection came through (database.py): an application engine made with
+            # isolation_level="AUTOCOMMIT" or "SERIALIZABLE" must not change them.
+            if dbapi_conn.autocommit:
+                dbapi_conn.autocommit = False
             with dbapi_conn.cursor() as cur:
-                cur.execute(f"SET lock_timeout = {lock_ms}")
+                cur.execute(
+                    f"SET lock_timeout = {lock_ms}; "
+                    "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED"
+                )
             dbapi_conn.commit()
+            if dbapi_conn.isolation_level is not None:
+                dbapi_conn.isolation_level = None
 
     def is_transient(self, error: BaseException | None) -> bool:
         # deadlock_detected, serialization_failure
@@ -445,6 +455,8 @@ class MySQLDialect(Dialect):
 
         @event.listens_for(engine, "connect")
         def _connect(dbapi_conn: Any, _record: Any) -> None:
+            if dbapi_conn.get_autocommit():  # an application engine's AUTOCOMMIT (database.py)
+                dbapi_conn.autocommit(False)
             cur = dbapi_conn.cursor()
             cur.execute("SET SESSION time_zone = '+00:00'")
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
