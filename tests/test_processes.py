@@ -149,11 +149,12 @@ class Cluster:
         runtime.install()
         return runtime
 
-    def spawn(self, name: str, **options: Any) -> Worker:
+    def spawn(self, name: str, app: str = TARGET, **options: Any) -> Worker:
+        """A worker process running ``app`` (``module:runtime``) with ``options``."""
         stdout = open(self.dir / f"{name}.stdout", "wb")
         stderr = open(self.dir / f"{name}.stderr", "wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "solid_objects", "worker", TARGET],
+            [sys.executable, "-m", "solid_objects", "worker", app],
             cwd=ROOT,
             env=self.env(**options),
             stdout=stdout,
@@ -164,8 +165,10 @@ class Cluster:
         self.workers.append(worker)
         return worker
 
-    def start_workers(self, count: int, **options: Any) -> dict[int, Worker]:
-        started = [self.spawn(f"worker{len(self.workers) + 1}", **options) for _ in range(count)]
+    def start_workers(self, count: int, app: str = TARGET, **options: Any) -> dict[int, Worker]:
+        started = [
+            self.spawn(f"worker{len(self.workers) + 1}", app, **options) for _ in range(count)
+        ]
         for w in started:
             w.wait_ready()
         return {w.pid: w for w in started}

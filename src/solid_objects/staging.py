@@ -17,7 +17,13 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from .codec import MAX_DELAY_SECONDS, check_identifier, encode_json
-from .errors import CallInsideTurn, InvalidArguments, NotInTurn, UnknownOperation
+from .errors import (
+    CallInsideTurn,
+    InvalidArguments,
+    NotInTurn,
+    PayloadTooLarge,
+    UnknownOperation,
+)
 
 __all__ = ["CallInsideTurn", "NotInTurn"]
 
@@ -43,6 +49,9 @@ def is_callback(idempotency_key: str | None) -> bool:
     """
     return idempotency_key is not None and idempotency_key.startswith("effect:")
 _LIMIT = 1 << 20
+#: Messages one turn may stage: the staging index is the low part of a message's
+#: ``send_order`` (``store.outbox``), so it must not reach the next turn's.
+MAX_MESSAGES_PER_TURN = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +261,11 @@ def send_to(
     op = target.operation(operation)
     if op is None or op.is_query:
         raise UnknownOperation(f"{target.actor_type} has no operation {operation!r}")
+    if len(staged.messages) >= MAX_MESSAGES_PER_TURN:
+        raise PayloadTooLarge(
+            f"a turn may send at most {MAX_MESSAGES_PER_TURN} messages; split the work "
+            "over several turns (e.g. send the rest to this actor itself)"
+        )
     staged.messages.append(
         StagedMessage(
             actor_type=target.actor_type,

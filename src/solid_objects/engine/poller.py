@@ -104,7 +104,7 @@ class Poller:
             due = self.store.due_scheduled(tx, now=now_ms)
         if not due:
             return 0
-        return self.store.transact(lambda tx: self.store.promote(tx, due))
+        return self.store.transact(lambda tx: self.store.promote(tx, due, now=now_ms))
 
     def fire_reminders(self, now_ms: int | None = None) -> int:
         types = self.pool.registry.types()

@@ -626,12 +626,12 @@ class AdminStatements:
         ]
 
     def scheduled_of(self, tx: Tx, actor_pk: int, limit: int) -> list[MailboxRow]:
-        """Delayed messages not yet in the ordered mailbox, soonest first."""
+        """Delayed messages not yet in the ordered mailbox, in the order they will enter it."""
         return [
             _mailbox(r)
             for r in tx.rows(
                 f"SELECT {_MAILBOX_COLS} FROM {{messages}} WHERE status = 'scheduled' "
-                "AND actor_pk = :pk ORDER BY available_at, id LIMIT :limit",
+                "AND actor_pk = :pk ORDER BY available_at, send_order, id LIMIT :limit",
                 {"pk": actor_pk, "limit": limit},
             )
         ]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..staging import CancelledReminder, Staged
+from ..staging import MAX_MESSAGES_PER_TURN, CancelledReminder, Staged
 from .dialect import Tx
 
 if TYPE_CHECKING:
@@ -81,6 +81,7 @@ class OutboxStatements:
         actor_type: str,
         actor_id: str,
         source_message_id: str,
+        source_seq: int,
         staged: Staged,
         new_id: Callable[[], str],
         traceparent: str | None = None,
@@ -88,7 +89,10 @@ class OutboxStatements:
         """Insert effects, apply reminder changes in order, enqueue outbound messages.
 
         Outbound messages go in as ``scheduled`` (``enqueue_later``): this commit holds
-        the sender's row lock and must not wait for the target's. ``traceparent`` (the
+        the sender's row lock and must not wait for the target's. Each one's
+        ``send_order`` is the sending message's seq (``source_seq``), then its staging
+        index: the sender's turns commit in seq order, so this orders its messages by
+        turn, then by staging, whichever process ran the turn. ``traceparent`` (the
         turn's trace context) goes with each effect and message.
         """
         for effect in staged.effects:
@@ -155,8 +159,9 @@ class OutboxStatements:
                 idempotency_key=m.idempotency_key,
                 delay_ms=m.delay_ms,
                 traceparent=traceparent,
+                send_order=source_seq * MAX_MESSAGES_PER_TURN + index,
             )
-            for m in staged.messages
+            for index, m in enumerate(staged.messages)
         ]
 
     # --- effects --------------------------------------------------------------------

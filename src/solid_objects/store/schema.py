@@ -30,7 +30,7 @@ from .admin import define_admin_tables, migrate_admin_tables
 from .dialect import Dialect
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 def _ident(length: int) -> String:
@@ -103,6 +103,10 @@ def build_metadata(prefix: str) -> MetaData:
         Column("completed_at", BigInteger, nullable=True),
         # W3C trace context of the sender's span (schema 4): tracing across processes.
         Column("traceparent", String(55), nullable=True),
+        # A scheduled message's place among those due at the same time (schema 6): the
+        # sending turn's seq and staging index, or the sending process's counter.
+        # Promotion enters due messages by (available_at, send_order, id).
+        Column("send_order", BigInteger, nullable=True),
         UniqueConstraint("actor_pk", "seq", name=f"{prefix}messages_mailbox"),
         # Partial where the database supports it, so the common message (no key,
         # never delayed, never dead) writes no entry into these indexes.
@@ -263,6 +267,18 @@ def _migrate_to_5(conn: Connection, md: MetaData) -> None:
     md.info["dialect"].byte_exact_text(conn, sorted(md.tables))
 
 
+def _migrate_to_6(conn: Connection, md: MetaData) -> None:
+    """Mailbox order of messages that enter the mailbox later: ``messages.send_order``.
+
+    Rows written before it have NULL there and sort by their id, as they did.
+    """
+    from sqlalchemy import inspect
+
+    table = f"{md.info['prefix']}messages"
+    if "send_order" not in {c["name"] for c in inspect(conn).get_columns(table)}:
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN send_order BIGINT NULL"))
+
+
 #: Ordered migrations: entry ``n`` brings the schema from version ``n`` to ``n + 1``.
 MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_1,
@@ -270,6 +286,7 @@ MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_3,
     _migrate_to_4,
     _migrate_to_5,
+    _migrate_to_6,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

@@ -10,6 +10,7 @@ database clock), and the caller checks that exactly one row changed.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import random
 import secrets
@@ -46,6 +47,12 @@ TERMINAL = frozenset({"completed", "rejected", "dead", "destroyed"})
 # some virtual machines, so draw from a generator seeded from it (reseeded after fork).
 _random = random.Random(secrets.randbits(128))
 os.register_at_fork(after_in_child=lambda: _random.seed(secrets.randbits(128)))
+
+
+#: The send order of messages this process sends as ``scheduled`` outside a turn (delayed
+#: calls, reminder firings): one counter for the whole process, so sends from one thread
+#: that become due in the same millisecond enter the mailbox in the order they were made.
+_process_sends = itertools.count(1)
 
 
 def new_id() -> str:
@@ -457,6 +464,7 @@ class Store(
         idempotency_key: str | None,
         delay_ms: int,
         traceparent: str | None = None,
+        send_order: int | None = None,
     ) -> MessageRow:
         """Insert a message that enters its mailbox when :meth:`promote` moves it there.
 
@@ -464,6 +472,8 @@ class Store(
         it takes no lock on the target actor's row, because taking one there could
         deadlock with the target's own commit, which holds that row and may be
         sending back. ``promote`` then runs as its own short transaction.
+        ``send_order`` places it among messages due at the same time (see
+        :meth:`promote`); by default, this process's next send.
         """
         select = "SELECT pk, {now} FROM {actors} WHERE actor_type = :t AND actor_id = :i"
         params = {"t": actor_type, "i": actor_id}
@@ -486,7 +496,8 @@ class Store(
             now + max(delay_ms, 0),
             traceparent,
         )
-        self._insert_message(tx, message, now)
+        order = next(_process_sends) if send_order is None else send_order
+        self._insert_message(tx, message, now, order)
         return message
 
     def _keyed_message(self, tx: Tx, pk: int, key: str | None) -> MessageRow | None:
@@ -591,17 +602,22 @@ class Store(
                     "ready_at = COALESCE(ready_at, :now) WHERE pk = :pk AND next_seq = :seq",
                     params,
                 )
-        self._insert_message(tx, message, now)
+        self._insert_message(
+            tx, message, now, None if message.seq is not None else next(_process_sends)
+        )
         if lease is None and (claim_for is None or owner != claim_for):
             self.notify(tx, "w")  # a worker elsewhere holds it, or will claim it
         claimed = None if lease is None else self.load_claimed(tx, lease)
         return Enqueued(message, existing=False, claimed=claimed)
 
-    def _insert_message(self, tx: Tx, m: MessageRow, now: int) -> None:
+    def _insert_message(
+        self, tx: Tx, m: MessageRow, now: int, send_order: int | None = None
+    ) -> None:
         tx.run(
             "INSERT INTO {messages} (id, actor_pk, actor_type, actor_id, seq, operation, "
-            "arguments, idempotency_key, status, available_at, attempts, created_at, traceparent) "
-            "VALUES (:id, :pk, :t, :i, :seq, :op, :args, :key, :status, :avail, 0, :now, :tp)",
+            "arguments, idempotency_key, status, available_at, attempts, created_at, traceparent, "
+            "send_order) VALUES (:id, :pk, :t, :i, :seq, :op, :args, :key, :status, :avail, 0, "
+            ":now, :tp, :ord)",
             {
                 "id": m.id,
                 "pk": m.actor_pk,
@@ -615,52 +631,78 @@ class Store(
                 "avail": m.available_at,
                 "now": now,
                 "tp": m.traceparent,
+                "ord": send_order,
             },
         )
 
     def due_scheduled(
         self, tx: Tx, *, now: int | None = None, limit: int = 100
     ) -> list[tuple[str, int]]:
-        """Delayed messages whose time has come (``now`` overrides the database clock)."""
+        """Delayed messages whose time has come (``now`` overrides the database clock).
+
+        Which actors have due messages, soonest first: :meth:`promote` then enters
+        each actor's due messages in their own order.
+        """
         rows = tx.rows(
             "SELECT id, actor_pk FROM {messages} WHERE status = 'scheduled' "
-            "AND available_at <= COALESCE(:now, {now}) ORDER BY available_at, id LIMIT :limit",
+            "AND available_at <= COALESCE(:now, {now}) ORDER BY available_at LIMIT :limit",
             {"now": now, "limit": limit},
         )
         return [(r[0], int(r[1])) for r in rows]
 
-    def promote(self, tx: Tx, due: list[tuple[str, int]]) -> int:
-        """Move due delayed messages into their actors' ordered mailboxes.
+    #: Due messages one :meth:`promote` enters into one actor's mailbox at most.
+    PROMOTE_LIMIT = 500
 
-        Each message is taken with a conditional UPDATE first, so a concurrent
-        promoter finds nothing to take and never burns a sequence number.
+    def promote(self, tx: Tx, due: list[tuple[str, int]], *, now: int | None = None) -> int:
+        """Move the due scheduled messages of the actors in ``due`` into their mailboxes.
+
+        ``due`` names messages known to be due; each one's actor has *all* its due
+        messages entered, in the order rule of the mailbox: by ``available_at``, then
+        ``send_order`` (the sending turn's seq and staging index, or the sending
+        process's counter), then id. The actor row is locked first, so concurrent
+        promoters of one actor take turns, and whichever comes first enters every
+        message due before the one it was asked for: a message never overtakes an
+        earlier one of its sender, whoever delivers it (the worker after the commit,
+        the poller, another process after a crash). ``now`` overrides the clock.
         """
         moved = 0
-        for message_id, pk in due:
-            taken = tx.run(
-                "UPDATE {messages} SET status = 'queued' WHERE id = :id AND status = 'scheduled'",
-                {"id": message_id},
-            )
-            if taken != 1:
-                continue
-            seq = tx.scalar("SELECT next_seq FROM {actors} WHERE pk = :pk{for_update}", {"pk": pk})
-            if seq is None:
-                tx.run(
-                    "UPDATE {messages} SET status = 'destroyed' WHERE id = :id", {"id": message_id}
-                )
-                continue
-            tx.run(
-                "UPDATE {actors} SET next_seq = :seq + 1, "
-                "ready_at = COALESCE(ready_at, {now}) WHERE pk = :pk",
-                {"seq": seq, "pk": pk},
-            )
-            tx.run(
-                "UPDATE {messages} SET seq = :seq WHERE id = :id", {"seq": seq, "id": message_id}
-            )
-            moved += 1
+        for pk in sorted({pk for _, pk in due}):  # one lock order: no deadlock
+            moved += self._promote_actor(tx, pk, now)
         if moved:
             self.notify(tx, "w")
         return moved
+
+    def _promote_actor(self, tx: Tx, pk: int, now: int | None) -> int:
+        seq = tx.scalar("SELECT next_seq FROM {actors} WHERE pk = :pk{for_update}", {"pk": pk})
+        due = [
+            r[0]
+            for r in tx.rows(
+                "SELECT id FROM {messages} WHERE actor_pk = :pk AND seq IS NULL "
+                "AND status = 'scheduled' AND available_at <= COALESCE(:now, {now}) "
+                "ORDER BY available_at, send_order, id LIMIT :limit",
+                {"pk": pk, "now": now, "limit": self.PROMOTE_LIMIT},
+            )
+        ]
+        if seq is None:  # sent while the incarnation was being destroyed
+            for message_id in due:
+                tx.run(
+                    "UPDATE {messages} SET status = 'destroyed' WHERE id = :id", {"id": message_id}
+                )
+            return 0
+        first = next_seq = int(seq)
+        for message_id in due:
+            next_seq += tx.run(
+                "UPDATE {messages} SET status = 'queued', seq = :seq "
+                "WHERE id = :id AND status = 'scheduled'",
+                {"seq": next_seq, "id": message_id},
+            )
+        if next_seq > first:
+            tx.run(
+                "UPDATE {actors} SET next_seq = :next, "
+                "ready_at = COALESCE(ready_at, {now}) WHERE pk = :pk",
+                {"next": next_seq, "pk": pk},
+            )
+        return next_seq - first
 
     # --- claim ------------------------------------------------------------------------
 
@@ -831,6 +873,7 @@ class Store(
                 actor_type=message.actor_type,
                 actor_id=message.actor_id,
                 source_message_id=message.id,
+                source_seq=message.seq,
                 staged=staged,
                 new_id=new_id,
                 traceparent=traceparent,
