@@ -321,8 +321,9 @@ class Ref(Generic[A]):
             )
         refuse_inside_turn(f"calling {self.actor_type}.{operation.name}()")
         engine.require_workers()
+        deadline = engine.deadline_for(options.timeout)  # the timeout bounds the whole call
         message_id = engine.start_call(
-            self._definition, self.actor_id, operation, args, kwargs, options
+            self._definition, self.actor_id, operation, args, kwargs, options, deadline
         )
         message: MessageReference[Any] = MessageReference(
             self._runtime,
@@ -333,7 +334,7 @@ class Ref(Generic[A]):
             authorization=options.authorization,
             verified=True,
         )
-        return engine.wait(message, options.timeout)
+        return engine.wait(message, options.timeout, deadline)
 
     def _send(
         self,
@@ -571,8 +572,16 @@ class AsyncRef(Generic[A]):
         # Checked here, on the turn's own thread: the engine runs in an executor thread.
         refuse_inside_turn(f"calling {self.actor_type}.{operation.name}()")
         engine.require_workers()
+        deadline = engine.deadline_for(options.timeout)  # the timeout bounds the whole call
         message_id = await self._runtime._run(
-            engine.start_call, self._definition, self.actor_id, operation, args, kwargs, options
+            engine.start_call,
+            self._definition,
+            self.actor_id,
+            operation,
+            args,
+            kwargs,
+            options,
+            deadline,
         )
         message: MessageReference[Any] = MessageReference(
             self._runtime.sync,
@@ -583,7 +592,7 @@ class AsyncRef(Generic[A]):
             authorization=options.authorization,
             verified=True,
         )
-        return await self._runtime._wait(message, options.timeout)
+        return await engine.wait_async(message, options.timeout, self._runtime._run, deadline)
 
     async def _send(
         self,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from .. import deadline as call_deadline
 from .. import faults
 from ..authorization import TRUSTED_BY_DEFAULT, AuthorizationRequest, Kind, answer, option_name
 from ..codec import decode_json
@@ -97,6 +98,9 @@ class Client:
         #: The runtime's lifecycle, for what a refused call says: new, running,
         #: stopped or closed.
         self.state = "new"
+        #: Messages whose enqueue (or direct turn's commit) this process started and that
+        #: has not ended yet: not in the database yet, but not lost either.
+        self._enqueueing: set[str] = set()
 
     def ensure_schema(self) -> None:
         if not self._schema_checked:
@@ -213,19 +217,54 @@ class Client:
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
         options: CallOptions,
+        deadline: float | None = None,
     ) -> str:
         """Enqueue for a caller that waits for the outcome, without waiting for the enqueue.
 
         The caller sleeps once, until the result arrives: the enqueue's commit routes
         the message to a local worker from the commit thread, and an enqueue error
         (or timeout) reaches the caller through the same future as the outcome.
+        ``deadline`` (``time.monotonic()``, see :meth:`deadline_for`) bounds the lock
+        waits of the transactions made here; one that gives up raises CallTimeout.
         """
+        with call_deadline.bounded(deadline):
+            try:
+                return self._start_call(
+                    definition, actor_id, operation, args, kwargs, options, deadline
+                )
+            except DatabaseError as exc:
+                raise self._lock_timeout(exc) from exc
+
+    def deadline_for(self, timeout: float | None) -> float:
+        """When a call made now with ``timeout`` (default ``call_timeout``) must end."""
+        return time.monotonic() + (self.options.call_timeout if timeout is None else timeout)
+
+    def _lock_timeout(self, exc: DatabaseError) -> Exception:
+        """A call's enqueue that gave up waiting for a lock is a CallTimeout: it wrote nothing."""
+        if not self.store.dialect.is_lock_timeout(exc.orig):
+            return exc
+        return CallTimeout(
+            "the call's enqueue waited for a lock held by another transaction until the "
+            f"call's deadline and gave up: nothing was written ({exc})"
+        )
+
+    def _start_call(
+        self,
+        definition: ActorDefinition,
+        actor_id: str,
+        operation: Operation,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        options: CallOptions,
+        deadline: float | None,
+    ) -> str:
         if options.idempotency_key is not None:  # may resolve to an earlier message
             return self.send(
                 definition, actor_id, operation, args, kwargs, options, register_waiter=True
             )
         message_id = new_id()
         future = self.waiters.register(message_id, enqueueing=True)
+        self._enqueueing.add(message_id)
         try:
             arguments = operation.encode_arguments(
                 args, kwargs, limit=self.options.max_payload_bytes
@@ -242,19 +281,23 @@ class Client:
                 definition.actor_type, operation.name, message_id
             )
             if options.delay <= 0 and self._run_here(
-                definition, actor_id, operation, arguments, message_id, future, observed
+                definition, actor_id, operation, arguments, message_id, future, observed, deadline
             ):
-                return message_id
+                return message_id  # committed, or its commit ends later (_enqueueing)
             enqueue = self._enqueue(
                 definition, actor_id, operation, options, message_id, arguments, observed
             )
         except BaseException:
+            self._enqueueing.discard(message_id)
             self.waiters.forget(message_id)
             raise
 
         def failed(done: Future[Enqueued]) -> None:
+            self._enqueueing.discard(message_id)
             exc = done.exception()
             if exc is not None and not future.done():
+                if isinstance(exc, DatabaseError):
+                    exc = self._lock_timeout(exc)
                 future.set_exception(exc)
 
         enqueue.add_done_callback(failed)
@@ -335,6 +378,7 @@ class Client:
         message_id: str,
         future: Future[Outcome],
         observed: Callable[[Future[Any]], None],
+        deadline: float | None,
     ) -> bool:
         """A call to an actor this process holds idle: run it in this thread, one commit.
 
@@ -352,6 +396,8 @@ class Client:
                     operation.name,
                     arguments,
                     self.pool.instrument.traceparent(message_id),
+                    deadline,
+                    self._enqueueing.discard,
                 )
             except BaseException as exc:
                 failed: Future[Enqueued] = Future()
@@ -361,6 +407,9 @@ class Client:
             if ran is None:
                 return False
             message, outcome = ran
+            if outcome is None:  # its commit outlived the deadline: wait() says so
+                return True
+            self._enqueueing.discard(message_id)
             enqueued: Future[Enqueued] = Future()
             enqueued.set_result(Enqueued(message, existing=False, claimed=None))
             observed(enqueued)
@@ -415,6 +464,8 @@ class Client:
         with self.store.read() as tx:
             row = self.store.message(tx, message_id)
         if row is None:
+            if message_id in self._enqueueing:
+                return None
             raise MessageNotFound(f"no message {message_id!r} (never sent, or pruned)")
         if row.status not in TERMINAL:
             return None
@@ -490,7 +541,12 @@ class Client:
         )
 
     def status(self, message: MessageReference[Any]) -> str:
-        return self.checked(message).status
+        try:
+            return self.checked(message).status
+        except MessageNotFound:
+            if message.id in self._enqueueing:  # a timed-out call's enqueue, still open
+                return "enqueueing"
+            raise
 
     @staticmethod
     def settle(message: MessageReference[Any], outcome: Outcome) -> Any:
@@ -512,11 +568,14 @@ class Client:
             raise MessagePending(f"message {message.id} has not finished; use wait()")
         return self.settle(message, outcome)
 
-    def wait(self, message: MessageReference[Any], timeout: float | None) -> Any:
+    def wait(
+        self, message: MessageReference[Any], timeout: float | None, deadline: float | None = None
+    ) -> Any:
+        """Wait for the outcome until ``deadline`` (default: ``timeout`` from now)."""
         if not message.verified:
             self.checked(message)
         limit = self.options.call_timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit
+        deadline = time.monotonic() + limit if deadline is None else deadline
         late = not self.waiters.has(message.id)  # not registered before its enqueue
         future: Future[Outcome] = self.waiters.register(message.id)
         self._mark_if_local(message)
@@ -532,7 +591,10 @@ class Client:
                     nudged = True
                     future = self.waiters.register(message.id)
                 except FutureTimeout:
-                    pass
+                    failed = future.exception() if future.done() else None
+                    if failed is not None:  # a CallTimeout is a TimeoutError too
+                        raise failed from failed.__cause__
+
                 if nudged or poll.should_read():
                     stored = self.poll_outcome(message.id)
                     if stored is not None:
@@ -543,13 +605,17 @@ class Client:
             self.waiters.forget(message.id)
 
     async def wait_async(
-        self, message: MessageReference[Any], timeout: float | None, run: Any
+        self,
+        message: MessageReference[Any],
+        timeout: float | None,
+        run: Any,
+        deadline: float | None = None,
     ) -> Any:
         """The asyncio wait: the same loop, awaiting instead of blocking."""
         if not message.verified:
             await run(self.checked, message)
         limit = self.options.call_timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit
+        deadline = time.monotonic() + limit if deadline is None else deadline
         late = not self.waiters.has(message.id)  # not registered before its enqueue
         future = asyncio.wrap_future(self.waiters.register(message.id))
         self._mark_if_local(message)
@@ -590,12 +656,28 @@ class Client:
             self.waiters.mark(message.id, local=True)
 
     def diagnose(self, message_id: str, waited: float) -> str:
-        """Say what a timed-out call is waiting on, for the CallTimeout message."""
+        """Say what a timed-out call is waiting on, for the CallTimeout message.
+
+        Never raises: a database that cannot answer is itself the answer.
+        """
         head = f"message {message_id} did not finish within {waited:g}s"
+        if message_id in self._enqueueing:
+            return (
+                f"{head}: the transaction that enqueues it has not committed yet (the "
+                "database is busy, or another transaction holds a lock it needs); it may "
+                "still commit, and the message then runs: status() is 'enqueueing' until "
+                "then, and raises MessageNotFound if it never committed"
+            )
+        try:
+            return self._diagnose(head, message_id)
+        except (DatabaseError, SQLAlchemyError) as exc:
+            return f"{head}; its state could not be read: {exc}"
+
+    def _diagnose(self, head: str, message_id: str) -> str:
         with self.store.read() as tx:
             row = self.store.message(tx, message_id)
             if row is None:
-                return f"{head}: the message no longer exists"
+                return f"{head}: the message does not exist (it was pruned, or never committed)"
             actor = self.store.actor_status(tx, row.actor_pk)
         who = f"{row.actor_type} {row.actor_id!r}"
         if row.status in TERMINAL:

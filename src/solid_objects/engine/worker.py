@@ -17,6 +17,9 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -75,6 +78,8 @@ class WorkerPool:
         self.woken = 0
         #: Commits that failed in a row: the backoff after a failed commit grows with it.
         self._commit_failures = 0
+        #: (actor type, operation) -> a decaying maximum of its turns' run time (s).
+        self._turn_seconds: dict[tuple[str, str], float] = {}
         self.effects = EffectRunner(store, registry, effects, options, owner, self.route)
         self.instrument: Instrumentation = self.effects.instrument  # see observability
         self.presence = Presence(store, options, owner, registry)
@@ -483,7 +488,9 @@ class WorkerPool:
         operation: str,
         arguments: str,
         traceparent: str | None,
-    ) -> tuple[MessageRow, TurnOutcome] | None:
+        deadline: float | None = None,
+        settled: Callable[[str], None] | None = None,
+    ) -> tuple[MessageRow, TurnOutcome | None] | None:
         """Run a caller's message in the caller's own thread, if this process holds
         the actor and it has nothing else to do.
 
@@ -493,7 +500,16 @@ class WorkerPool:
         held idle here, or when the fence refused (another message got in first, or
         the lease was lost): nothing was written, and the caller enqueues as usual.
         A commit that fails raises, as a failed enqueue would.
+
+        The turn cannot be interrupted, so it runs here only when that operation's
+        recent turns were short next to the time the call has left (``deadline``);
+        otherwise a worker runs it while the caller waits no longer than its timeout.
+        A commit still waiting for the database at the deadline finishes in the
+        background: the outcome is then None (the caller raises ``CallTimeout``), and
+        ``settled(message_id)`` is called once that commit ended.
         """
+        if not self._fits(actor_type, operation, deadline):
+            return None
         with self._cond:
             act = self._identities.get((actor_type, actor_id))
             if (
@@ -538,12 +554,13 @@ class WorkerPool:
             return committed
 
         started = time.perf_counter()
-        try:
-            if (
-                outcome.staged is None
-                and outcome.kind != "retry"
-                and self.store.dialect.writable_cte
-            ):
+        if (
+            outcome.staged is None
+            and outcome.kind != "retry"
+            and self.store.dialect.writable_cte
+        ):
+
+            def finish() -> Committed:
                 self.store.finish_direct(
                     act.lease,
                     message,
@@ -554,9 +571,58 @@ class WorkerPool:
                     error=outcome.error,
                     lease_ms=self.options.lease_ms,
                 )
-                committed = Committed(None, [], [])
-            else:
-                committed = self.store.transact(body, isolated=False)
+                return Committed(None, [], [])
+
+            commit = _ran(finish)
+        elif self.store.dialect.group_commit:  # the writer thread: wait no longer than due
+            commit = self.store.transact_future(body, isolated=False)
+        else:  # in this thread, its lock waits bounded by the call's deadline
+            commit = _ran(lambda: self.store.transact(body, isolated=False))
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            commit.result(left)
+        except FutureTimeout:
+            # SQLite's writer waits for a lock another process holds: the caller stops
+            # waiting at its deadline; the commit is settled when it ends, here.
+
+            def settle_later() -> None:
+                try:
+                    self._settle_direct(act, message, outcome, turn, started, commit, False)
+                finally:
+                    if settled is not None:
+                        settled(message.id)
+
+            threading.Thread(target=settle_later, name="solid-direct-commit", daemon=True).start()
+            return message, None
+        except BaseException:
+            pass
+        if not self._settle_direct(act, message, outcome, turn, started, commit):
+            return None
+        return message, outcome
+
+    def _fits(self, actor_type: str, operation: str, deadline: float | None) -> bool:
+        """Whether a direct turn of ``operation`` can be expected to end well before the
+        call's deadline: its recent turns here (if any) took under a quarter of the time
+        left."""
+        took = self._turn_seconds.get((actor_type, operation), 0.0)
+        return deadline is None or took * 4 <= deadline - time.monotonic()
+
+    def _settle_direct(
+        self,
+        act: Activation,
+        message: MessageRow,
+        outcome: TurnOutcome,
+        turn: list[tuple[Activation, MessageRow, TurnOutcome]],
+        started: float,
+        commit: Future[Committed],
+        waiting: bool = True,
+    ) -> bool:
+        """After a direct turn's commit ended: move the activation on, as a worker would.
+
+        False when the fence refused (nothing was written); a failed commit raises,
+        unless the caller has stopped ``waiting`` (then it is logged)."""
+        try:
+            committed = commit.result()
         except LeaseLost:
             # Nothing was written; the turn ran on the cached instance: rebuild it, and
             # read the mailbox before the next turn (another process may have sent).
@@ -564,17 +630,27 @@ class WorkerPool:
             act.instance = None
             act.check_mailbox = True
             self._finish(act, requeue=False)
-            return None
-        except BaseException:
+            return False
+        except BaseException as exc:
             self.instrument.committed(turn, None, started)
-            self._drop(act, release=True)
-            raise
+            if isinstance(exc, DatabaseError) and self.store.dialect.is_lock_timeout(exc.orig):
+                # It gave up waiting for a lock at the call's deadline and wrote nothing:
+                # the lease is still ours (releasing it would wait on the same lock).
+                act.instance = None
+                act.check_mailbox = True
+                self._finish(act, requeue=False)
+            else:
+                self._drop(act, release=True)
+            if waiting:
+                raise
+            log.warning("the commit of direct turn %s failed: %r", message.id, exc)
+            return False
         faults.point("commit.committed")
         self.instrument.committed(turn, [committed], started)
         if self._settle(act, message, outcome, committed):
             self._finish(act, requeue=False)
         self.deliver(committed.due_now)
-        return message, outcome
+        return True
 
     def _advance(
         self,
@@ -630,7 +706,8 @@ class WorkerPool:
                 )
                 return failure(error, deterministic=False)
         assert act.definition is not None
-        return execute(
+        began = time.monotonic()
+        outcome = execute(
             act.definition,
             act.instance,
             act.state_json if committed_state is None else committed_state,
@@ -638,6 +715,11 @@ class WorkerPool:
             self.limits,
             self.actions.names(),
         )
+        # A decaying maximum of the operation's run time, for direct turns (_fits).
+        key = (act.actor_type, message.operation)
+        took = time.monotonic() - began
+        self._turn_seconds[key] = max(took, self._turn_seconds.get(key, took) / 2)
+        return outcome
 
     def _commit(
         self, pending: list[tuple[Activation, MessageRow, TurnOutcome]]
@@ -790,3 +872,13 @@ class WorkerPool:
         if not self.running:
             self.release_all()
         return total
+
+
+def _ran(commit: Callable[[], Committed]) -> Future[Committed]:
+    """A commit made in this thread, as a completed future."""
+    done: Future[Committed] = Future()
+    try:
+        done.set_result(commit())
+    except BaseException as exc:
+        done.set_exception(exc)
+    return done

@@ -12,13 +12,14 @@ import math
 import re
 import select
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Connection, Engine, event, text
 from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 
+from .. import deadline
 from ..errors import ConfigurationError, DatabaseError
 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_][A-Za-z0-9_]*)")
@@ -109,8 +110,31 @@ class Dialect:
         """The server's version and the settings the library depends on, as read now."""
         return {name: str(tx.scalar(sql)) for name, sql in self.settings_sql}
 
+    #: How long a statement waits for a lock by default (``busy_timeout``), in seconds.
+    lock_wait = 30.0
+
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
         """Install per-connection settings on the library's own engine."""
+
+    def call_lock_wait(self) -> float | None:
+        """The lock wait a transaction made for a call must keep to, if shorter than usual.
+
+        The call's remaining time (``solid_objects.deadline``), when it is more than a
+        second shorter than ``busy_timeout``: a call with the default timeouts pays no
+        extra statement.
+        """
+        left = deadline.remaining()
+        if left is None or left >= self.lock_wait - 1.0:
+            return None
+        return left
+
+    def bound_lock_wait(self, cursor: Any, *, in_transaction: bool) -> Callable[[], None] | None:
+        """Bound this connection's lock waits by the call's deadline; return the undo."""
+        return None
+
+    def is_lock_timeout(self, error: BaseException | None) -> bool:
+        """A statement gave up waiting for a lock: it wrote nothing."""
+        return False
 
     def unindexed(self, column: str) -> str:
         """``column`` in a form the planner will not pick an index for (SQLite only).
@@ -154,24 +178,33 @@ class Dialect:
     def write(self, engine: Engine, render: Any) -> Iterator[Tx]:
         with self._checkout(engine) as raw:
             cursor = raw.cursor()
+            undo = None
             try:
                 self.begin(raw)
+                undo = self.bound_lock_wait(cursor, in_transaction=True)
                 yield Tx(cursor, render, raw)
             except BaseException:
                 try:
                     raw.rollback()
                     raw.info[_ENDED] = True
+                    if undo is not None:
+                        undo()
                 finally:
                     cursor.close()
                 raise
-            cursor.close()
             try:
                 raw.commit()
             except engine.dialect.loaded_dbapi.Error as exc:
                 # The server may or may not have committed: never re-run this one.
                 exc.solid_during_commit = True  # type: ignore[attr-defined]
+                cursor.close()
                 raise
             raw.info[_ENDED] = True
+            try:
+                if undo is not None:
+                    undo()
+            finally:
+                cursor.close()
 
     @contextmanager
     def statement(self, engine: Engine, render: Any) -> Iterator[Tx]:
@@ -184,13 +217,20 @@ class Dialect:
             driver = raw.driver_connection
             driver.autocommit = True
             cursor = raw.cursor()
+            undo = None
             try:
+                undo = self.bound_lock_wait(cursor, in_transaction=False)
                 yield Tx(cursor, render, raw)
             except engine.dialect.loaded_dbapi.Error as exc:
-                exc.solid_during_commit = True  # type: ignore[attr-defined]
+                if not self.is_lock_timeout(exc):  # a lock wait that gave up wrote nothing
+                    exc.solid_during_commit = True  # type: ignore[attr-defined]
                 raise
             finally:
-                cursor.close()
+                try:
+                    if undo is not None and not driver.closed:
+                        undo()
+                finally:
+                    cursor.close()
                 if not driver.closed:
                     driver.autocommit = False
             raw.info[_ENDED] = True
@@ -318,9 +358,14 @@ class SQLiteDialect(Dialect):
         ("synchronous", "PRAGMA synchronous"),
     )
 
+    def is_lock_timeout(self, error: BaseException | None) -> bool:
+        # SQLITE_BUSY after busy_timeout: "database is locked".
+        return "database is locked" in str(error)
+
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
         synchronous = options["sqlite_synchronous"]
         busy_ms = int(options["busy_timeout"] * 1000)
+        self.lock_wait = options["busy_timeout"]
 
         @event.listens_for(engine, "connect")
         def _connect(dbapi_conn: Any, _record: Any) -> None:
@@ -394,6 +439,7 @@ class PostgreSQLDialect(Dialect):
 
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
         lock_ms = max(1, int(options["busy_timeout"] * 1000))
+        self.lock_wait = options["busy_timeout"]
         ping_idle_connections(engine)
         rollback_unfinished_transactions(engine)
 
@@ -418,6 +464,21 @@ class PostgreSQLDialect(Dialect):
     def is_transient(self, error: BaseException | None) -> bool:
         # deadlock_detected, serialization_failure
         return getattr(error, "sqlstate", None) in ("40P01", "40001")
+
+    def is_lock_timeout(self, error: BaseException | None) -> bool:
+        return getattr(error, "sqlstate", None) == "55P03"  # lock_not_available
+
+    def bound_lock_wait(self, cursor: Any, *, in_transaction: bool) -> Callable[[], None] | None:
+        left = self.call_lock_wait()
+        if left is None:
+            return None
+        ms = max(1, int(left * 1000))
+        if in_transaction:  # SET LOCAL ends with the transaction: nothing to undo
+            cursor.execute(f"SET LOCAL lock_timeout = {ms}")
+            return None
+        cursor.execute(f"SET lock_timeout = {ms}")
+        usual = max(1, int(self.lock_wait * 1000))
+        return lambda: cursor.execute(f"SET lock_timeout = {usual}")
 
     def lock_for_install(self, conn: Connection) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(7310580462)"))
@@ -447,9 +508,23 @@ class MySQLDialect(Dialect):
         args: tuple[Any, ...] = tuple(getattr(error, "args", ()))
         return bool(args) and args[0] in (1213, 1205)
 
+    def is_lock_timeout(self, error: BaseException | None) -> bool:
+        args: tuple[Any, ...] = tuple(getattr(error, "args", ()))
+        return bool(args) and args[0] == 1205  # ER_LOCK_WAIT_TIMEOUT
+
+    def bound_lock_wait(self, cursor: Any, *, in_transaction: bool) -> Callable[[], None] | None:
+        # Whole seconds only: the bound is the call's remaining time rounded up.
+        left = self.call_lock_wait()
+        if left is None:
+            return None
+        cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {max(1, math.ceil(left))}")
+        usual = int(self.lock_wait)
+        return lambda: cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {usual}")
+
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
         # Lock waits bounded like PostgreSQL's (whole seconds here; the default is 50).
         lock_s = max(1, math.ceil(options["busy_timeout"]))
+        self.lock_wait = float(lock_s)
         ping_idle_connections(engine)
         rollback_unfinished_transactions(engine)
 

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Engine
 
+from .. import deadline
 from ..errors import DatabaseError, IdempotencyConflict, LeaseLost
 from ..staging import Staged
 from . import schema
@@ -300,7 +301,8 @@ class Store(
                 retry = self.dialect.is_transient(exc.orig) or (
                     exc.disconnect and not exc.commit_unknown
                 )
-                if attempt == _TRANSIENT_RETRIES or not retry:
+                # A call's deadline that passed ends the retries (issue 12 item 13).
+                if attempt == _TRANSIENT_RETRIES or not retry or deadline.expired():
                     raise
                 time.sleep(random.uniform(0.001, 0.01) * (attempt + 1))
         raise AssertionError("unreachable")
