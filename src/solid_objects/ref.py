@@ -167,7 +167,8 @@ class MessageReference(Generic[R_co]):
         )
 
     def status(self) -> str:
-        """``scheduled``, ``queued``, ``completed``, ``rejected``, ``dead`` or ``destroyed``."""
+        """``scheduled``, ``queued``, ``completed``, ``rejected``, ``dead`` or ``destroyed``
+        (``enqueueing``: a call of this process timed out before its enqueue committed)."""
         return self._runtime._engine.status(self)
 
     def result(self) -> R_co:
