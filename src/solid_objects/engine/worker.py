@@ -78,6 +78,8 @@ class WorkerPool:
         self.woken = 0
         #: Commits that failed in a row: the backoff after a failed commit grows with it.
         self._commit_failures = 0
+        #: Worker threads waiting for work in ``_take``.
+        self._idle_workers = 0
         #: (actor type, operation) -> a decaying maximum of its turns' run time (s).
         self._turn_seconds: dict[tuple[str, str], float] = {}
         self.effects = EffectRunner(store, registry, effects, options, owner, self.route)
@@ -275,6 +277,18 @@ class WorkerPool:
                     },
                 )
 
+    def _hand_back(self, acts: list[Activation]) -> list[Activation]:
+        """Give activations not started yet to waiting threads; return those kept."""
+        with self._cond:
+            if not self._idle_workers:
+                return acts
+            for act in reversed(acts):
+                if self._activations.get(act.pk) is act:
+                    act.status = "queued"
+                    self._queue.appendleft(act)
+            self._cond.notify(len(acts))
+        return []
+
     def _finish(self, act: Activation, *, requeue: bool) -> None:
         with self._cond:
             if self._activations.get(act.pk) is not act:
@@ -289,10 +303,21 @@ class WorkerPool:
                 act.status = "idle"
 
     def _take(self, limit: int, timeout: float | None) -> list[Activation]:
-        """Up to ``limit`` queued activations, waiting up to ``timeout`` for the first."""
+        """Up to ``limit`` queued activations, waiting up to ``timeout`` for the first.
+
+        A thread takes only its share while other worker threads wait for work: one
+        thread running several actors' turns one after the other would make a slow
+        turn delay an unrelated actor (issue 12 item 11). Batching is for when every
+        thread is busy.
+        """
         with self._cond:
             if not self._queue and timeout:
-                self._cond.wait(timeout)
+                self._idle_workers += 1
+                try:
+                    self._cond.wait(timeout)
+                finally:
+                    self._idle_workers -= 1
+            limit = min(limit, -(-len(self._queue) // (self._idle_workers + 1)))
             taken: list[Activation] = []
             while self._queue and len(taken) < limit:
                 act = self._queue.popleft()
@@ -389,7 +414,8 @@ class WorkerPool:
             if not pending:
                 break
             faults.point("turn.executed")
-            active = waiting
+            # Past the budget, the turns not started here go to idle threads, if any.
+            active = self._hand_back(waiting) if waiting else waiting
             due_now: list[tuple[str, int]] = []
             results = self._commit(pending)
             for i, ((act, message, outcome), committed) in enumerate(
