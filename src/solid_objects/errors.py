@@ -116,6 +116,11 @@ class CallInsideTurn(SolidObjectsError):
     """Actor code called another actor directly; stage it with ``self.send_to`` instead."""
 
 
+class SyncInsideTransaction(SolidObjectsError):
+    """A call or send from a thread that holds an uncommitted write transaction on the
+    same SQLite database: the library's commit would wait for that thread's lock."""
+
+
 # --- outcomes of a call ------------------------------------------------------------------
 
 

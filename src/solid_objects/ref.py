@@ -321,6 +321,9 @@ class Ref(Generic[A]):
                 context=options.authorization,
             )
         refuse_inside_turn(f"calling {self.actor_type}.{operation.name}()")
+        self._runtime._engine.transactions.refuse(
+            f"calling {self.actor_type}.{operation.name}()"
+        )
         engine.require_workers()
         deadline = engine.deadline_for(options.timeout)  # the timeout bounds the whole call
         message_id = engine.start_call(
@@ -349,6 +352,9 @@ class Ref(Generic[A]):
                 f"{operation.name} is a query: call it directly, it does not enter the mailbox"
             )
         refuse_inside_turn(f"sending {self.actor_type}.{operation.name}()")
+        self._runtime._engine.transactions.refuse(
+            f"sending {self.actor_type}.{operation.name}()"
+        )
         message_id = self._runtime._engine.send(
             self._definition, self.actor_id, operation, args, kwargs, options
         )
@@ -572,6 +578,9 @@ class AsyncRef(Generic[A]):
             )
         # Checked here, on the turn's own thread: the engine runs in an executor thread.
         refuse_inside_turn(f"calling {self.actor_type}.{operation.name}()")
+        self._runtime.sync._engine.transactions.refuse(
+            f"calling {self.actor_type}.{operation.name}()"
+        )
         engine.require_workers()
         deadline = engine.deadline_for(options.timeout)  # the timeout bounds the whole call
         message_id = await self._runtime._run(
@@ -607,6 +616,9 @@ class AsyncRef(Generic[A]):
                 f"{operation.name} is a query: call it directly, it does not enter the mailbox"
             )
         refuse_inside_turn(f"sending {self.actor_type}.{operation.name}()")
+        self._runtime.sync._engine.transactions.refuse(
+            f"sending {self.actor_type}.{operation.name}()"
+        )
         engine = self._runtime.sync._engine
         message_id = await self._runtime._run(
             engine.send, self._definition, self.actor_id, operation, args, kwargs, options

@@ -98,6 +98,10 @@ class Runtime:
         )
         event.listen(self.engine, "before_cursor_execute", _refuse_inside_turn)
         self._engine = Client(self.store, self._pool, self._waiters, self.options)
+        # A call from a thread holding SQLite's write lock is refused (SyncInsideTransaction).
+        self._engine.transactions.watch(self.engine)
+        if isinstance(database, Engine):
+            self._engine.transactions.watch(database)
         self._listener = listener_for(self.store, self.options.wakeup_url, self._on_notification)
         self._closed = False
         #: Serializes start/stop/close, so a close() during run() waits for nothing twice.

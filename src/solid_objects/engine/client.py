@@ -41,6 +41,7 @@ from ..errors import (
 from ..options import Options
 from ..store import Enqueued, Store, Tx
 from ..store.store import TERMINAL, MessageRow, new_id
+from .transactions import OpenTransactions
 from .waiters import NUDGE, Outcome, Waiters
 from .worker import WorkerPool
 
@@ -101,6 +102,8 @@ class Client:
         #: Messages whose enqueue (or direct turn's commit) this process started and that
         #: has not ended yet: not in the database yet, but not lost either.
         self._enqueueing: set[str] = set()
+        #: Who holds SQLite's write lock through a connection the library can see.
+        self.transactions = OpenTransactions()
 
     def ensure_schema(self) -> None:
         if not self._schema_checked:
