@@ -1,0 +1,460 @@
+"""The operator dashboard: ``dashboard(runtime, principal=...)``, a Starlette ASGI app.
+
+Everything it shows or changes goes through ``runtime.admin`` acting as the
+principal the host application names for the request, so the application's
+administration policy decides every read and every write (per action, with the
+API's action names) and every change is audited with that principal. The
+dashboard has no SQL and no authority of its own: a principal the policy lets
+only read sees no buttons, and its forged POST meets the same ``Unauthorized``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, quote, urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..errors import InvalidArguments, NotFound, OperationRefused, Unauthorized
+from .security import ASGIApp, CsrfTokens, SecurityHeaders
+
+if TYPE_CHECKING:
+    from ..admin import Administration
+    from ..runtime import Runtime
+
+Principal = Callable[[Request], "str | None"]
+
+HERE = Path(__file__).parent
+#: Rows per page of every listing.
+PAGE_SIZE = 50
+#: Largest form body a mutation accepts (ids of MAX_LIMIT dead letters fit easily).
+MAX_BODY = 256 * 1024
+
+
+class Anonymous(Exception):
+    """The host's ``principal(request)`` named nobody: 401."""
+
+
+class CsrfRejected(Exception):
+    """A mutation without this principal's CSRF token: 403."""
+
+
+def _pretty(value: Any) -> str:
+    """JSON for people; Jinja escapes it like any other text."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _short(value: Any, width: int = 80) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, Mapping):
+        return f"{error.get('type', 'Error')}: {error.get('message', '')}"
+    return "" if error is None else _short(error, 200)
+
+
+def _templates() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(pretty=_pretty, short=_short, when=_when, error_text=_error_text, q=_quote)
+    return env
+
+
+class DashboardApp(Starlette):
+    """A Starlette app whose every response, error pages included, carries the headers."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return SecurityHeaders(super().build_middleware_stack())
+
+
+def _safe_next(value: str | None) -> str:
+    """Only a path inside the dashboard: never an open redirect."""
+    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
+        return "/"
+    return value
+
+
+class _Dashboard:
+    def __init__(self, runtime: Runtime, principal: Principal, csrf: CsrfTokens) -> None:
+        self.runtime = runtime
+        self.principal = principal
+        self.csrf = csrf
+        self.env = _templates()
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    def who(self, request: Request) -> str:
+        name = self.principal(request)
+        if name is None:
+            raise Anonymous()
+        return name
+
+    def ops(self, request: Request) -> Administration:
+        return self.runtime.admin.as_principal(self.who(request))
+
+    def render(
+        self, request: Request, template: str, *, status_code: int = 200, **context: Any
+    ) -> HTMLResponse:
+        try:
+            principal: str | None = self.principal(request)
+        except Exception:
+            principal = None
+        base = str(request.scope.get("root_path", "")).rstrip("/")
+        here = request.url.path[len(base) :] or "/"
+        if request.url.query:
+            here += "?" + request.url.query
+        html = self.env.get_template(template).render(
+            base=base,
+            here=here,
+            nonce=request.state.csp_nonce,
+            principal=principal,
+            csrf=None if principal is None else self.csrf.issue(principal),
+            **context,
+        )
+        return HTMLResponse(html, status_code=status_code)
+
+    async def form(self, request: Request) -> tuple[Administration, dict[str, list[str]]]:
+        """The POSTed form, once the principal and its CSRF token are checked."""
+        ops = self.ops(request)
+        body = await request.body()
+        if len(body) > MAX_BODY:
+            raise InvalidArguments("form too large")
+        try:
+            fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=2000)
+        except (UnicodeDecodeError, ValueError):
+            raise InvalidArguments("not a form") from None
+        token = request.headers.get("x-csrf-token") or _first(fields, "csrf")
+        assert ops.principal is not None
+        if not self.csrf.check(ops.principal, token):
+            raise CsrfRejected()
+        return ops, fields
+
+    def back(self, request: Request, fields: Mapping[str, list[str]]) -> Response:
+        base = str(request.scope.get("root_path", "")).rstrip("/")
+        return RedirectResponse(base + _safe_next(_first(fields, "next")), status_code=303)
+
+    # --- error pages --------------------------------------------------------------------
+
+    def error(self, request: Request, status: int, title: str, detail: str) -> HTMLResponse:
+        return self.render(request, "error.html", status_code=status, title=title, detail=detail)
+
+    async def on_anonymous(self, request: Request, exc: Exception) -> Response:
+        return self.error(request, 401, "Not signed in", "This dashboard needs a signed-in user.")
+
+    async def on_csrf(self, request: Request, exc: Exception) -> Response:
+        return self.error(
+            request, 403, "Refused", "The form carried no valid CSRF token: reload the page."
+        )
+
+    async def on_unauthorized(self, request: Request, exc: Exception) -> Response:
+        return self.error(request, 403, "Not allowed", str(exc))
+
+    async def on_not_found(self, request: Request, exc: Exception) -> Response:
+        return self.error(request, 404, "Not found", str(exc))
+
+    async def on_invalid(self, request: Request, exc: Exception) -> Response:
+        return self.error(request, 400, "Invalid request", str(exc))
+
+    async def on_refused(self, request: Request, exc: Exception) -> Response:
+        return self.error(request, 409, "Refused", str(exc))
+
+    # --- pages --------------------------------------------------------------------------
+
+    def overview(self, request: Request) -> Response:
+        ops = self.ops(request)
+        return self.render(request, "overview.html", status_data=ops.status())
+
+    def actors(self, request: Request) -> Response:
+        ops = self.ops(request)
+        q = request.query_params
+        actor_type, actor_id = q.get("type") or None, q.get("id") or None
+        if actor_type and actor_id:
+            base = str(request.scope.get("root_path", "")).rstrip("/")
+            path = f"{base}/actors/{_quote(actor_type)}/{_quote(actor_id)}"
+            return RedirectResponse(path, status_code=303)
+        types = self.runtime.registry.types()
+        page = None
+        if actor_type:
+            page = ops.list_actors(actor_type, limit=PAGE_SIZE, cursor=q.get("cursor") or None)
+        return self.render(
+            request,
+            "actors.html",
+            types=types,
+            actor_type=actor_type,
+            page=page,
+            next_url=_next_url(request, page),
+        )
+
+    def actor(self, request: Request) -> Response:
+        ops = self.ops(request)
+        actor_type = request.path_params["actor_type"]
+        actor_id = request.path_params["actor_id"]
+        detail = ops.inspect_actor(actor_type, actor_id)
+        history = None
+        if ops.allowed("audit.list", target_id=f"{actor_type}/{actor_id}", principal=None):
+            history = ops.audit_log(target_id=f"{actor_type}/{actor_id}", limit=20)
+        target = {"actor_type": actor_type, "actor_id": actor_id}
+        return self.render(
+            request,
+            "actor.html",
+            a=detail,
+            history=history,
+            can_pause=ops.allowed("actors.pause", **target),
+            can_resume=ops.allowed("actors.resume", **target),
+            can_effects=ops.allowed("effects.retry"),
+            reminder_changes=_reminder_changes(ops, actor_type, actor_id),
+        )
+
+    def dead_letters(self, request: Request) -> Response:
+        ops = self.ops(request)
+        q = request.query_params
+        filters = {
+            "actor_type": q.get("type") or None,
+            "actor_id": q.get("actor") or None,
+            "operation": q.get("operation") or None,
+        }
+        state = q.get("state") or "open"
+        page = ops.list_dead_letters(
+            **filters, state=state, limit=PAGE_SIZE, cursor=q.get("cursor") or None
+        )
+        return self.render(
+            request,
+            "dead_letters.html",
+            page=page,
+            q=q,
+            state=state,
+            next_url=_next_url(request, page),
+            can_retry=ops.allowed("dead_letters.retry"),
+            can_discard=ops.allowed("dead_letters.discard"),
+        )
+
+    def effects(self, request: Request) -> Response:
+        ops = self.ops(request)
+        q = request.query_params
+        status = q.get("status") or "dead"
+        page = ops.list_effects(
+            status=status,
+            actor_type=q.get("type") or None,
+            name=q.get("name") or None,
+            limit=PAGE_SIZE,
+            cursor=q.get("cursor") or None,
+        )
+        return self.render(
+            request,
+            "effects.html",
+            page=page,
+            q=q,
+            status=status,
+            next_url=_next_url(request, page),
+            can_retry=status == "dead" and ops.allowed("effects.retry"),
+        )
+
+    def reminders(self, request: Request) -> Response:
+        ops = self.ops(request)
+        q = request.query_params
+        actor_type, actor_id = q.get("type") or None, q.get("actor") or None
+        page = ops.list_reminders(
+            actor_type=actor_type,
+            actor_id=actor_id,
+            limit=PAGE_SIZE,
+            cursor=q.get("cursor") or None,
+        )
+        return self.render(
+            request,
+            "reminders.html",
+            page=page,
+            q=q,
+            next_url=_next_url(request, page),
+            changes=_reminder_changes(ops, actor_type, actor_id),
+        )
+
+    def processes(self, request: Request) -> Response:
+        ops = self.ops(request)
+        q = request.query_params
+        stopped = q.get("stopped") == "1"
+        page = ops.list_processes(
+            include_stopped=stopped, limit=PAGE_SIZE, cursor=q.get("cursor") or None
+        )
+        return self.render(
+            request,
+            "processes.html",
+            page=page,
+            stopped=stopped,
+            next_url=_next_url(request, page),
+            can_recover=ops.allowed("processes.recover"),
+        )
+
+    def audit(self, request: Request) -> Response:
+        ops = self.ops(request)
+        q = request.query_params
+        page = ops.audit_log(
+            target_id=q.get("target") or None,
+            principal=q.get("principal") or None,
+            limit=PAGE_SIZE,
+            cursor=q.get("cursor") or None,
+        )
+        return self.render(request, "audit.html", page=page, q=q, next_url=_next_url(request, page))
+
+    # --- mutations ----------------------------------------------------------------------
+
+    async def set_paused(self, request: Request) -> Response:
+        ops, fields = await self.form(request)
+        actor_type = request.path_params["actor_type"]
+        actor_id = request.path_params["actor_id"]
+        reason = _first(fields, "reason") or None
+        change = {"pause": ops.pause_actor, "resume": ops.resume_actor}[
+            _change(request, ("pause", "resume"))
+        ]
+        await run_in_threadpool(change, actor_type, actor_id, reason=reason)
+        return self.back(request, fields)
+
+    async def dead_letter_action(self, request: Request) -> Response:
+        ops, fields = await self.form(request)
+        ids = _ids(fields)
+        reason = _first(fields, "reason") or None
+        if _change(request, ("retry", "discard")) == "retry":
+            await run_in_threadpool(ops.retry_dead_letters, ids, reason=reason)
+        else:
+            await run_in_threadpool(ops.discard_dead_letters, ids, reason=reason)
+        return self.back(request, fields)
+
+    async def retry_effects(self, request: Request) -> Response:
+        ops, fields = await self.form(request)
+        reason = _first(fields, "reason") or None
+        await run_in_threadpool(ops.retry_effects, _ids(fields), reason=reason)
+        return self.back(request, fields)
+
+    async def reminder_action(self, request: Request) -> Response:
+        ops, fields = await self.form(request)
+        change = {
+            "pause": ops.pause_reminder,
+            "resume": ops.resume_reminder,
+            "cancel": ops.cancel_reminder,
+            "run_now": ops.run_reminder_now,
+        }[_change(request, ("pause", "resume", "cancel", "run_now"))]
+        await run_in_threadpool(
+            change,
+            _first(fields, "actor_type"),
+            _first(fields, "actor_id"),
+            _first(fields, "operation"),
+            _first(fields, "key"),
+            reason=_first(fields, "reason") or None,
+        )
+        return self.back(request, fields)
+
+    async def recover_process(self, request: Request) -> Response:
+        ops, fields = await self.form(request)
+        reason = _first(fields, "reason") or None
+        await run_in_threadpool(ops.recover_process, _first(fields, "owner"), reason=reason)
+        return self.back(request, fields)
+
+
+def _change(request: Request, known: Sequence[str]) -> str:
+    change = str(request.path_params["change"])
+    if change not in known:
+        raise NotFound(f"no such change: {change!r}")
+    return change
+
+
+def _first(fields: Mapping[str, list[str]], name: str) -> str:
+    values = fields.get(name)
+    return values[0] if values else ""
+
+
+def _ids(fields: Mapping[str, list[str]]) -> list[str]:
+    """One row's own button (``one``) wins over the ticked boxes (``ids``)."""
+    one = _first(fields, "one")
+    return [one] if one else list(fields.get("ids", []))
+
+
+def _quote(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _next_url(request: Request, page: Any) -> str | None:
+    if page is None or page.next_cursor is None:
+        return None
+    params = [(k, v) for k, v in request.query_params.multi_items() if k != "cursor"]
+    return "?" + urlencode([*params, ("cursor", page.next_cursor)])
+
+
+def _reminder_changes(
+    ops: Administration, actor_type: str | None, actor_id: str | None
+) -> Sequence[str]:
+    """The reminder changes this principal may make (asked once, with the list's filters)."""
+    target = {"actor_type": actor_type, "actor_id": actor_id}
+    return [
+        c
+        for c in ("pause", "resume", "cancel", "run_now")
+        if ops.allowed(f"reminders.{c}", **target)
+    ]
+
+
+def dashboard(
+    runtime: Runtime,
+    *,
+    principal: Principal,
+    secret: bytes | None = None,
+) -> Starlette:
+    """The operator dashboard of ``runtime`` as an ASGI app to serve or mount.
+
+    ``principal(request)`` names who is asking (from the host's session, a header
+    its proxy sets, ...); None answers 401. The application's administration
+    policy (``runtime.admin.set_policy``) decides what each principal may see and
+    do. ``secret`` keys the CSRF tokens; give every process behind one balancer
+    the same one (default: random per app).
+    """
+    if not callable(principal):
+        raise TypeError("principal is a callable principal(request) -> str | None")
+    d = _Dashboard(runtime, principal, CsrfTokens(secret))
+    routes = [
+        Route("/", d.overview),
+        Route("/actors", d.actors),
+        Route("/actors/{actor_type}/{actor_id}", d.actor),
+        Route(
+            "/actors/{actor_type}/{actor_id}/{change:str}",
+            d.set_paused,
+            methods=["POST"],
+        ),
+        Route("/dead-letters", d.dead_letters),
+        Route("/dead-letters/{change:str}", d.dead_letter_action, methods=["POST"]),
+        Route("/effects", d.effects),
+        Route("/effects/retry", d.retry_effects, methods=["POST"]),
+        Route("/reminders", d.reminders),
+        Route("/reminders/{change:str}", d.reminder_action, methods=["POST"]),
+        Route("/processes", d.processes),
+        Route("/processes/recover", d.recover_process, methods=["POST"]),
+        Route("/audit", d.audit),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    return DashboardApp(
+        routes=routes,
+        exception_handlers={
+            Anonymous: d.on_anonymous,
+            CsrfRejected: d.on_csrf,
+            Unauthorized: d.on_unauthorized,
+            NotFound: d.on_not_found,
+            InvalidArguments: d.on_invalid,
+            OperationRefused: d.on_refused,
+        },
+    )
