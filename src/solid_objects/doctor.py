@@ -33,7 +33,6 @@ from .authorization import (
     answer,
     option_name,
 )
-from .errors import SolidObjectsError
 from .redaction import redact_url
 from .store.schema import SCHEMA_VERSION, installed_version
 
@@ -43,6 +42,9 @@ if TYPE_CHECKING:
 Status = Literal["ok", "warn", "fail"]
 
 log = logging.getLogger("solid_objects.doctor")
+
+#: How long the doctor waits for SQLite's write lock before reporting it held.
+_LOCK_WAIT_S = 2.0
 
 #: Clock differences smaller than this are not worth a word.
 _CLOCK_TOLERANCE_S = 2.0
@@ -97,7 +99,7 @@ def examine(
         _workers(runtime, checks)
         _wakeup(runtime, checks)
         _backlog(runtime, checks)
-        if round_trip:
+        if round_trip and _write_lock(runtime, checks, min(timeout, _LOCK_WAIT_S)):
             _round_trip(runtime, checks, timeout)
     _authorization(runtime, checks)
     return Report([_for_app(c, app) for c in checks])
@@ -335,8 +337,37 @@ def _backlog(runtime: Runtime, checks: list[Check]) -> None:
     checks.append(Check("backlog", "warn" if advice else "ok", detail, "; ".join(advice) or None))
 
 
+def _write_lock(runtime: Runtime, checks: list[Check], wait: float) -> bool:
+    """Whether a write transaction can start; a held SQLite write lock is reported.
+
+    The round trip would otherwise wait for the lock in every write its runtime makes
+    (start, call, destroy, stop), each up to ``busy_timeout``.
+    """
+    try:
+        blocked = runtime.store.write_blocked(wait)
+    except Exception as exc:  # the doctor reports, it does not raise
+        blocked = f"{type(exc).__name__}: {exc}"
+    if blocked is None:
+        return True
+    checks.append(
+        Check(
+            "write lock",
+            "fail",
+            f"no write transaction could start: {blocked}",
+            "a connection (another process, or a stalled transaction) holds the database "
+            "locked, so every call waits; find it with `fuser` or `lsof` on the database "
+            "file and let it commit or end it",
+        )
+    )
+    return False
+
+
 def _round_trip(runtime: Runtime, checks: list[Check], timeout: float) -> None:
-    """Call a probe actor through a runtime of the doctor's own, then destroy it."""
+    """Call a probe actor through a runtime of the doctor's own, then destroy it.
+
+    Every write of the probe's runtime waits for a lock at most ``timeout``
+    (``busy_timeout``), so the round trip, its clean-up included, is bounded.
+    """
     from .runtime import Runtime
 
     probe = Runtime(
@@ -345,6 +376,7 @@ def _round_trip(runtime: Runtime, checks: list[Check], timeout: float) -> None:
         table_prefix=runtime.options.table_prefix,
         lease_duration=max(runtime.options.lease_duration, 1.0),
         call_timeout=timeout,
+        busy_timeout=min(runtime.options.busy_timeout, timeout),
     )
     try:
         probe.register(SolidObjectsDoctorProbe)
@@ -361,7 +393,7 @@ def _round_trip(runtime: Runtime, checks: list[Check], timeout: float) -> None:
         checks.append(
             Check("round trip", "ok", f"a call was enqueued, run and committed in {elapsed:.3f}s")
         )
-    except (SolidObjectsError, AssertionError, OSError) as exc:
+    except Exception as exc:  # whatever stopped the probe is the finding
         checks.append(
             Check(
                 "round trip",
@@ -371,7 +403,10 @@ def _round_trip(runtime: Runtime, checks: list[Check], timeout: float) -> None:
             )
         )
     finally:
-        probe.close()
+        try:
+            probe.close()
+        except Exception:
+            log.warning("the doctor's probe runtime did not close cleanly", exc_info=True)
 
 
 def _authorization(runtime: Runtime, checks: list[Check]) -> None:

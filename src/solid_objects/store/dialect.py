@@ -136,6 +136,14 @@ class Dialect:
         """A statement gave up waiting for a lock: it wrote nothing."""
         return False
 
+    def write_blocked(self, engine: Engine, wait: float) -> str | None:
+        """Why a write transaction cannot start within ``wait`` seconds, or None.
+
+        Only SQLite has a database-wide write lock to report; the servers' row locks
+        bound each call's own waits instead.
+        """
+        return None
+
     def unindexed(self, column: str) -> str:
         """``column`` in a form the planner will not pick an index for (SQLite only).
 
@@ -361,6 +369,24 @@ class SQLiteDialect(Dialect):
     def is_lock_timeout(self, error: BaseException | None) -> bool:
         # SQLITE_BUSY after busy_timeout: "database is locked".
         return "database is locked" in str(error)
+
+    def write_blocked(self, engine: Engine, wait: float) -> str | None:
+        # BEGIN IMMEDIATE takes the write lock, waiting at most ``wait``; then roll back.
+        with self._checkout(engine) as raw:
+            driver = raw.driver_connection
+            usual = driver.execute("PRAGMA busy_timeout").fetchone()[0]
+            driver.execute(f"PRAGMA busy_timeout = {max(1, int(wait * 1000))}")
+            try:
+                driver.execute("BEGIN IMMEDIATE")
+                driver.execute("ROLLBACK")
+            except engine.dialect.loaded_dbapi.OperationalError as exc:
+                if not self.is_lock_timeout(exc):
+                    raise
+                return f"{exc} after {wait:g}s: another connection holds the write lock"
+            finally:
+                driver.execute(f"PRAGMA busy_timeout = {int(usual)}")
+            raw.info[_ENDED] = True
+        return None
 
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
         synchronous = options["sqlite_synchronous"]

@@ -372,6 +372,10 @@ class Store(
     def install_sql(self) -> str:
         return schema.install_sql(self.engine.dialect, self.prefix)
 
+    def write_blocked(self, wait: float) -> str | None:
+        """Why no write transaction could start within ``wait`` seconds (SQLite), or None."""
+        return self.dialect.write_blocked(self.engine, wait)
+
     def check_installed(self) -> None:
         with self.engine.connect() as conn:
             schema.check_installed(conn, self.prefix)
