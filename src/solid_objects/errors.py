@@ -30,6 +30,14 @@ class ConfigurationError(SolidObjectsError, ValueError):
     """A runtime option or database URL is not valid."""
 
 
+class ForeignDatabase(ConfigurationError):
+    """A connection given to ``with_options(connection=...)`` is to another database.
+
+    The message would commit where no worker looks for it (or not at all): the
+    application's transaction must be on the runtime's own database and schema.
+    """
+
+
 class SchemaNotInstalled(SolidObjectsError):
     """The database has no Solid Objects tables, or an older version of them."""
 

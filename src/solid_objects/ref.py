@@ -37,6 +37,9 @@ class CallOptions:
     delay: float = 0.0
     #: What the per-call policies see as the caller (``AuthorizationRequest.context``).
     authorization: Any = None
+    #: The application's SQLAlchemy Connection or Session whose transaction ``send()``
+    #: writes the message in (it commits or rolls back with the application's rows).
+    connection: Any = None
 
     def merge(
         self,
@@ -44,10 +47,13 @@ class CallOptions:
         timeout: float | timedelta | None,
         delay: float | timedelta | None,
         authorization: Any = None,
+        connection: Any = None,
     ) -> CallOptions:
         changes: dict[str, Any] = {}
         if authorization is not None:
             changes["authorization"] = authorization
+        if connection is not None:
+            changes["connection"] = connection
         if idempotency_key is not None:
             changes["idempotency_key"] = check_identifier(idempotency_key, what="idempotency key")
         if timeout is not None:
@@ -204,11 +210,13 @@ class OperationHandle:
         timeout: float | timedelta | None = None,
         delay: float | timedelta | None = None,
         authorization: Any = None,
+        connection: Any = None,
     ) -> OperationHandle:
+        """Per-call options; ``connection=`` makes ``send()`` enqueue in that transaction."""
         return OperationHandle(
             self._ref,
             self._operation,
-            self._options.merge(idempotency_key, timeout, delay, authorization),
+            self._options.merge(idempotency_key, timeout, delay, authorization, connection),
         )
 
 
@@ -352,9 +360,10 @@ class Ref(Generic[A]):
                 f"{operation.name} is a query: call it directly, it does not enter the mailbox"
             )
         refuse_inside_turn(f"sending {self.actor_type}.{operation.name}()")
-        self._runtime._engine.transactions.refuse(
-            f"sending {self.actor_type}.{operation.name}()"
-        )
+        if options.connection is None:  # with one, the send writes in that transaction
+            self._runtime._engine.transactions.refuse(
+                f"sending {self.actor_type}.{operation.name}()"
+            )
         message_id = self._runtime._engine.send(
             self._definition, self.actor_id, operation, args, kwargs, options
         )
@@ -458,11 +467,13 @@ class AsyncOperationHandle:
         timeout: float | timedelta | None = None,
         delay: float | timedelta | None = None,
         authorization: Any = None,
+        connection: Any = None,
     ) -> AsyncOperationHandle:
+        """Per-call options; ``connection=`` makes ``send()`` enqueue in that transaction."""
         return AsyncOperationHandle(
             self._ref,
             self._operation,
-            self._options.merge(idempotency_key, timeout, delay, authorization),
+            self._options.merge(idempotency_key, timeout, delay, authorization, connection),
         )
 
 
@@ -616,9 +627,10 @@ class AsyncRef(Generic[A]):
                 f"{operation.name} is a query: call it directly, it does not enter the mailbox"
             )
         refuse_inside_turn(f"sending {self.actor_type}.{operation.name}()")
-        self._runtime.sync._engine.transactions.refuse(
-            f"sending {self.actor_type}.{operation.name}()"
-        )
+        if options.connection is None:  # with one, the send writes in that transaction
+            self._runtime.sync._engine.transactions.refuse(
+                f"sending {self.actor_type}.{operation.name}()"
+            )
         engine = self._runtime.sync._engine
         message_id = await self._runtime._run(
             engine.send, self._definition, self.actor_id, operation, args, kwargs, options

@@ -31,6 +31,7 @@ from ..errors import (
     CallTimeout,
     ConfigurationError,
     DatabaseError,
+    InvalidArguments,
     MessageNotFound,
     MessagePending,
     RuntimeClosed,
@@ -41,6 +42,7 @@ from ..errors import (
 from ..options import Options
 from ..store import Enqueued, Store, Tx
 from ..store.store import TERMINAL, MessageRow, new_id
+from . import external
 from .transactions import OpenTransactions
 from .waiters import NUDGE, Outcome, Waiters
 from .worker import WorkerPool
@@ -197,6 +199,8 @@ class Client:
             arguments,
         )
         message_id = new_id()
+        if options.connection is not None:
+            return self._send_in(definition, actor_id, operation, options, message_id, arguments)
         if register_waiter:
             self.waiters.register(message_id, enqueueing=True)
         try:
@@ -261,6 +265,11 @@ class Client:
         options: CallOptions,
         deadline: float | None,
     ) -> str:
+        if options.connection is not None:
+            raise InvalidArguments(
+                "a call with connection= cannot wait for its result: the message exists "
+                "only once the application commits; use .send(...) and wait after the commit"
+            )
         if options.idempotency_key is not None:  # may resolve to an earlier message
             return self.send(
                 definition, actor_id, operation, args, kwargs, options, register_waiter=True
@@ -305,6 +314,47 @@ class Client:
 
         enqueue.add_done_callback(failed)
         return message_id
+
+    def _send_in(
+        self,
+        definition: ActorDefinition,
+        actor_id: str,
+        operation: Operation,
+        options: CallOptions,
+        message_id: str,
+        arguments: str,
+    ) -> str:
+        """Enqueue in the application's transaction; wake workers after its commit."""
+        connection, after_commit = external.resolve(options.connection)
+        self.ensure_schema()
+        observed = self.pool.instrument.enqueue(definition.actor_type, operation.name, message_id)
+        done: Future[Enqueued] = Future()
+        try:
+            enqueued = self.store.enqueue_in(
+                connection,
+                message_id=message_id,
+                actor_type=definition.actor_type,
+                actor_id=actor_id,
+                operation=operation.name,
+                arguments=arguments,
+                idempotency_key=options.idempotency_key,
+                delay_ms=int(options.delay * 1000),
+                traceparent=self.pool.instrument.traceparent(message_id),
+            )
+        except BaseException as exc:
+            done.set_exception(exc)
+            observed(done)
+            raise
+        done.set_result(enqueued)
+        observed(done)
+        after_commit(self._committed_elsewhere)
+        return enqueued.message.id
+
+    def _committed_elsewhere(self) -> None:
+        """An application transaction holding a message committed: tell the workers."""
+        if self.store.publish is not None:
+            self.store.publish("w")
+        self.pool.poller.wake()
 
     def _enqueue(
         self,

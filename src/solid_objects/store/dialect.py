@@ -97,6 +97,9 @@ class Dialect:
     notify_sql: str | None = None
     #: The database (and schema) these tables live in: scopes the wake-up channel.
     scope_sql = "SELECT DATABASE()"
+    #: Which database server, database and schema a connection reaches: an application
+    #: connection must give the same answer as the runtime's own to enqueue on it.
+    identity_sql = "SELECT CONCAT(@@hostname, ':', @@port, '/', DATABASE())"
     #: ``UPDATE ... RETURNING`` (SQLite 3.35+, PostgreSQL; not MySQL or MariaDB 10).
     update_returning = False
     #: A data-modifying ``WITH`` (PostgreSQL): a direct turn commits in one statement.
@@ -181,6 +184,12 @@ class Dialect:
 
     def begin(self, raw: Any) -> None:
         """Start a write transaction (drivers other than sqlite3 begin implicitly)."""
+
+    def join(self, driver_connection: Any, cursor: Any) -> None:
+        """Make sure the application's connection is inside a transaction we can join.
+
+        The server drivers begin one implicitly before the first statement.
+        """
 
     @contextmanager
     def write(self, engine: Engine, render: Any) -> Iterator[Tx]:
@@ -356,6 +365,7 @@ class SQLiteDialect(Dialect):
     named_style = "named"
     begin_sql = "BEGIN IMMEDIATE"
     scope_sql = "SELECT file FROM pragma_database_list WHERE name = 'main'"
+    identity_sql = scope_sql
     update_returning = True
 
     #: SQLite has one writer: a process sends its writes through one group-commit thread.
@@ -411,6 +421,13 @@ class SQLiteDialect(Dialect):
         # lock upgrade; readers run each statement in autocommit on a WAL snapshot.
         raw.driver_connection.execute("BEGIN IMMEDIATE")
 
+    def join(self, driver_connection: Any, cursor: Any) -> None:
+        # The sqlite3 module begins only before INSERT/UPDATE/DELETE, and a SAVEPOINT
+        # outside a transaction would commit on RELEASE: begin (with the write lock,
+        # so what the enqueue reads cannot change before it writes) if nothing has.
+        if not driver_connection.in_transaction:
+            cursor.execute("BEGIN IMMEDIATE")
+
     @contextmanager
     def install_transaction(self, engine: Engine) -> Iterator[Connection]:
         with engine.connect() as conn:
@@ -456,6 +473,12 @@ class PostgreSQLDialect(Dialect):
     notify_sql = "SELECT pg_notify(:channel, :payload)"
     writable_cte = True
     scope_sql = "SELECT current_database() || '.' || current_schema()"
+    # The server's start time tells two servers apart without superuser rights, and
+    # does not depend on how the client reached it (TCP, a socket, another address).
+    identity_sql = (
+        "SELECT current_database() || '.' || current_schema() || '@' || "
+        "CAST(pg_postmaster_start_time() AS TEXT)"
+    )
     settings_sql = (
         ("version", "SHOW server_version"),
         ("transaction_isolation", "SHOW transaction_isolation"),

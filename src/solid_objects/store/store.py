@@ -22,12 +22,12 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from .. import deadline
 from ..errors import DatabaseError, IdempotencyConflict, LeaseLost
 from ..staging import Staged
-from . import schema
+from . import application, schema
 from .admin import AdminStatements
 from .control import ControlStatements
 from .dialect import Dialect, Tx, dialect_for
@@ -235,6 +235,7 @@ class Store(
         self.dialect.configure(engine, options)
         self._sql: dict[str, str] = {}
         self._channel: str | None = None
+        self._identity: str | None = None
         #: Set when wake-ups go through a broker outside the database (Redis): called
         #: with each ``notify`` payload once its transaction has committed.
         self.publish: Callable[[str], None] | None = None
@@ -412,6 +413,19 @@ class Store(
             tx.row(self.dialect.notify_sql, {"channel": self.channel, "payload": payload})
 
     # --- enqueue ----------------------------------------------------------------------
+
+    def enqueue_in(self, connection: Connection, **fields: Any) -> Enqueued:
+        """Enqueue in the application's own transaction on ``connection`` (not committed).
+
+        See :func:`~solid_objects.store.application.enqueue_in`.
+        """
+        return application.enqueue_in(self, connection, **fields)
+
+    def identity(self) -> str:
+        """Which server, database and schema the runtime's connections reach (cached)."""
+        if self._identity is None:
+            self._identity = application.identity(self)
+        return self._identity
 
     def _lock_actor(self, tx: Tx, actor_type: str, actor_id: str) -> Any:
         select = (

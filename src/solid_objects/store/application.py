@@ -1,0 +1,100 @@
+"""Enqueue inside the application's own transaction (the application-side outbox).
+
+``ref.op.with_options(connection=conn).send(...)`` writes the message with the
+statements of an ordinary enqueue, on the DB-API connection under the
+application's SQLAlchemy ``Connection``, inside its transaction: the message
+commits or rolls back with the application's rows. The enqueue never claims the
+actor (a lease taken in somebody else's transaction would be held until they
+commit); workers find the message once it is committed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection
+
+from ..errors import ConfigurationError, ForeignDatabase
+from .dialect import Tx
+
+if TYPE_CHECKING:
+    from .store import Enqueued, Store
+
+_FAMILIES = {"mariadb": "mysql"}
+
+
+def _family(name: str) -> str:
+    return _FAMILIES.get(name, name)
+
+
+def enqueue_in(
+    store: Store,
+    connection: Connection,
+    *,
+    message_id: str,
+    actor_type: str,
+    actor_id: str,
+    operation: str,
+    arguments: str,
+    idempotency_key: str | None,
+    delay_ms: int,
+    traceparent: str | None,
+) -> Enqueued:
+    """Enqueue on ``connection``, in its transaction; nothing is committed here.
+
+    Refused with ForeignDatabase when the connection reaches another database (or
+    schema) than the runtime's, checked before anything is written. The writes run
+    under a savepoint, so a refused enqueue (an idempotency conflict) leaves the
+    application's transaction as it was.
+    """
+    if _family(connection.dialect.name) != _family(store.engine.dialect.name):
+        raise ForeignDatabase(
+            f"the connection is to a {connection.dialect.name} database, the runtime's "
+            f"to {store.engine.dialect.name}: enqueue on a connection to the runtime's database"
+        )
+    if connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+        raise ConfigurationError(
+            "the connection is in AUTOCOMMIT mode: there is no transaction for the message "
+            "to commit with"
+        )
+    if not connection.in_transaction():
+        connection.begin()  # what the application's next statement would do (autobegin)
+    raw = connection.connection
+    cursor = raw.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        store.dialect.join(raw.driver_connection, cursor)
+        tx = Tx(cursor, store.sql, raw)
+        where = str(tx.scalar(store.dialect.identity_sql))
+        if where != store.identity():
+            raise ForeignDatabase(
+                "the connection reaches another database or schema than the runtime's: "
+                "the message would never be seen by its workers"
+            )
+        savepoint = tx.savepoint()
+        try:
+            enqueued = store.enqueue(
+                tx,
+                message_id=message_id,
+                actor_type=actor_type,
+                actor_id=actor_id,
+                operation=operation,
+                arguments=arguments,
+                idempotency_key=idempotency_key,
+                delay_ms=delay_ms,
+                claim_for=None,
+                lease_ms=0,
+                traceparent=traceparent,
+            )
+        except BaseException:
+            savepoint.rollback()
+            raise
+        savepoint.release()
+        return enqueued
+    finally:
+        cursor.close()
+
+
+def identity(store: Store) -> str:
+    """What :attr:`Dialect.identity_sql` answers on the runtime's own connections."""
+    with store.read() as tx:
+        return str(tx.scalar(store.dialect.identity_sql))
