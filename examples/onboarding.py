@@ -70,9 +70,17 @@ def build(url: str, mailer: Outbox, **options: Any) -> Runtime:
 
 
 def main() -> None:
-    folder = Path(tempfile.mkdtemp(prefix="solid-onboarding-"))
-    mailer = Outbox()
-    runtime = build(f"sqlite:///{folder / 'onboarding.db'}", mailer, workers=0)
+    with tempfile.TemporaryDirectory(prefix="solid-onboarding-") as folder:
+        mailer = Outbox()
+        runtime = build(f"sqlite:///{Path(folder) / 'onboarding.db'}", mailer, workers=0)
+        try:
+            delivered = _demo(runtime, mailer)
+        finally:
+            runtime.close()  # before the folder goes: the database files are closed
+    sys.exit(0 if delivered == 3 else 1)
+
+
+def _demo(runtime: Runtime, mailer: Outbox) -> int:
     runtime.install()
     alice, bob = runtime.ref(Onboarding, "alice@example.com"), runtime.ref(Onboarding, "bob@x.io")
     for ref in (alice, bob, alice):  # two jobs race for alice: one decision
@@ -85,9 +93,7 @@ def main() -> None:
     for email, template in sorted(mailer.delivered.values()):
         print(f"{template:>10} -> {email}")
     print(f"alice: {alice.snapshot()['status']}, bob: {bob.snapshot()['status']}")
-    runtime.close()
-    sys.exit(0 if len(mailer.delivered) == 3 else 1)
-
+    return len(mailer.delivered)
 
 if __name__ == "__main__":
     main()

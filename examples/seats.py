@@ -55,29 +55,36 @@ def _number(seat: str) -> int:
 
 
 def main() -> None:
-    folder = Path(tempfile.mkdtemp(prefix="solid-seats-"))
-    runtime = Runtime(f"sqlite:///{folder / 'seats.db'}", workers=4)
-    runtime.install()
-    with runtime:
-        show = runtime.ref(Show, "opening-night")
+    with tempfile.TemporaryDirectory(prefix="solid-seats-") as folder:
+        _demo(f"sqlite:///{Path(folder) / 'seats.db'}")
 
-        def try_hold(buyer: str) -> str:
-            try:
-                return f"{buyer} holds seat {show.hold(seat='3', buyer=buyer)}"
-            except Rejected as exc:
-                return f"{buyer}: {exc.code}"
 
-        with ThreadPoolExecutor(8) as pool:  # eight buyers race for the last seat
-            for line in pool.map(try_hold, [f"buyer{i}" for i in range(8)]):
-                print(line)
-        print("free seats:", show.free())
-    runtime.close()
-    later = Runtime(f"sqlite:///{folder / 'seats.db'}", workers=0)
-    later.register(Show)
-    later.testing.run_due_reminders(datetime.now(UTC) + HOLD_FOR + timedelta(seconds=1))
-    print("after the hold expired:", later.ref(Show, "opening-night").free())
-    later.close()
+def _demo(url: str) -> None:
+    runtime = Runtime(url, workers=4)
+    try:
+        runtime.install()
+        with runtime:
+            show = runtime.ref(Show, "opening-night")
 
+            def try_hold(buyer: str) -> str:
+                try:
+                    return f"{buyer} holds seat {show.hold(seat='3', buyer=buyer)}"
+                except Rejected as exc:
+                    return f"{buyer}: {exc.code}"
+
+            with ThreadPoolExecutor(8) as pool:  # eight buyers race for the last seat
+                for line in pool.map(try_hold, [f"buyer{i}" for i in range(8)]):
+                    print(line)
+            print("free seats:", show.free())
+    finally:
+        runtime.close()  # before the folder goes: the database files are closed
+    later = Runtime(url, workers=0)
+    try:
+        later.register(Show)
+        later.testing.run_due_reminders(datetime.now(UTC) + HOLD_FOR + timedelta(seconds=1))
+        print("after the hold expired:", later.ref(Show, "opening-night").free())
+    finally:
+        later.close()
 
 if __name__ == "__main__":
     main()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,12 +20,26 @@ from .conftest import count_rows, db_now
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("module", ["examples.onboarding", "examples.seats"])
-def test_example_runs(module: str) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [["examples.onboarding"], ["examples.seats"], ["solid_objects", "quickstart"]],
+    ids=["onboarding", "seats", "quickstart"],
+)
+def test_example_runs_and_leaves_no_temporary_files(command: list[str], tmp_path: Path) -> None:
+    """Each demo runs as written and removes its temporary folder (issue 13.13): the
+    temporary directory it is given is empty afterwards."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
     done = subprocess.run(
-        [sys.executable, "-m", module], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", *command],
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(temporary), "PYTHONPATH": str(ROOT / "src")},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in temporary.iterdir()) == []
 
 
 def test_only_one_buyer_gets_the_last_seat_and_holds_expire(

@@ -8,24 +8,31 @@ checkout's package on ``PYTHONPATH`` as an installed package would be.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Annotated
 
 import click
 import pytest
 from click.testing import CliRunner
+from pydantic import Strict
 
+from solid_objects import Actor, InvalidArguments, Runtime
 from solid_objects.cli import main
+
+from .conftest import count_rows
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 
 ACTORS = """
+import json
 import os
 
 from solid_objects import Actor, Runtime
@@ -199,3 +206,67 @@ def test_the_log_level_default_is_one_of_the_choices_shown(tmp_path: Path, sqlit
     default = re.search(r"\[default: (\w+)\]", text)
     assert choices is not None and default is not None, text
     assert default.group(1) in choices.group(1).split("|")
+
+
+# --- 13.11: arguments are strict, and the message says so -----------------------------------
+
+
+class Counter(Actor):
+    value: int = 0
+
+    def add(self, n: int = 1) -> int:
+        self.value += n
+        return self.value
+
+    def add_text(self, n: Annotated[int, Strict(False)] = 1) -> int:
+        self.value += n
+        return self.value
+
+
+def readme_says_about_add_n_3() -> str:
+    """What the README says ``c.add(n="3")`` raises, up to its ``...``."""
+    readme = (ROOT / "README.md").read_text()
+    found = re.search(r'c\.add\(n="3"\)\s+# InvalidArguments: (.*?)\.\.\.\)', readme)
+    assert found is not None, 'the README no longer shows c.add(n="3")'
+    return found.group(1)
+
+
+def test_a_string_for_an_int_is_refused_as_the_readme_says(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    with make_runtime(workers=1) as runtime:
+        c = runtime.ref(Counter, "a")
+        with pytest.raises(InvalidArguments) as refused:
+            c.add(n="3")  # type: ignore[arg-type]  # what the user did
+        assert str(refused.value).startswith(readme_says_about_add_n_3())
+        for wrong in (True, 3.0, [3]):
+            with pytest.raises(InvalidArguments, match="checked strictly"):
+                c.add(n=wrong)  # type: ignore[arg-type]
+        assert count_rows(runtime, "messages") == 0  # refused before anything was written
+        assert c.add(n=3) == 3
+        assert c.add_text(n="4") == 7  # type: ignore[arg-type]  # the parameter opted out
+
+
+# --- 13.15: the README's one line that lets the operator commands answer -------------------
+
+
+def test_the_readmes_policy_line_makes_the_operator_commands_answer(tmp_path: Path) -> None:
+    """The README's first example copied into a module: ``status`` is refused until the
+    README's ``set_policy`` line is added to it, then answers."""
+    from .test_docs import python_blocks
+
+    blocks = [b.code for b in python_blocks(ROOT / "README.md") if "no-run" not in b.flags]
+    example = next(code for code in blocks if "class Counter(Actor)" in code)
+    (policy,) = [code for code in blocks if "admin.set_policy" in code]
+    url = f"sqlite:///{tmp_path / 'unused.db'}"  # the example names its own app.db
+
+    before = project(tmp_path / "before", actors=example)
+    refused = solid_objects("status", "myapp.actors:runtime", cwd=before, url=url)
+    assert refused.returncode == 1, refused.stderr
+    assert "not authorized" in refused.stderr and "set_policy" in refused.stderr
+
+    after = project(tmp_path / "after", actors=example + "\n\n" + policy + "\n")
+    answered = solid_objects("status", "myapp.actors:runtime", "--json", cwd=after, url=url)
+    assert answered.returncode == 0, answered.stderr
+    (counter,) = json.loads(answered.stdout)["types"]
+    assert (counter["actor_type"], counter["actors"]) == ("Counter", 1)

@@ -72,10 +72,36 @@ def _fail(cls: type, message: str) -> InvalidActorDefinition:
     return InvalidActorDefinition(f"{cls.__qualname__}: {message}")
 
 
-def _typed_dict(name: str, fields: dict[str, Any]) -> Any:
+def _typed_dict(name: str, fields: dict[str, Any], *, strict: bool = False) -> Any:
     td: Any = TypedDict(name, fields)  # type: ignore[misc]
-    setattr(td, "__pydantic_config__", ConfigDict(extra="forbid"))  # noqa: B010
+    setattr(td, "__pydantic_config__", ConfigDict(extra="forbid", strict=strict))  # noqa: B010
     return td
+
+
+#: Said in every InvalidArguments for a value of the wrong type (README, "Arguments").
+STRICT_NOTE = (
+    "arguments are checked strictly, without conversion: pass the annotated type, or "
+    "annotate the parameter Annotated[T, pydantic.Strict(False)] to accept conversions"
+)
+
+
+def _strict_message(exc: ValidationError) -> str:
+    """A validation message that shows each wrong value and says that nothing converts."""
+    parts = []
+    wrong_type = False
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"]) or "value"
+        part = f"{loc}: {err['msg']}"
+        if err["type"].endswith("_type") or err["type"] in ("is_instance_of", "enum"):
+            wrong_type = True
+            part += f" (got {type(err['input']).__name__} {_short_repr(err['input'])})"
+        parts.append(part)
+    return "; ".join(parts) + (f" ({STRICT_NOTE})" if wrong_type else "")
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 #: Core schema types of mappings whose keys pydantic converts (``"1"`` to ``1``).
@@ -161,7 +187,7 @@ class Operation:
             reject_non_finite(validated, what=f"arguments of {self.name}()")
             return self.arguments.dump_python(validated, mode="json")  # type: ignore[no-any-return]
         except ValidationError as exc:
-            raise InvalidArguments(f"{self.name}(): {_validation_message(exc)}") from None
+            raise InvalidArguments(f"{self.name}(): {_strict_message(exc)}") from None
         except (PydanticSerializationError, UnicodeError) as exc:
             # UnicodeError: bytes that are not UTF-8, or a lone surrogate in a dict key.
             raise InvalidArguments(f"{self.name}(): arguments are not JSON: {exc}") from None
@@ -175,15 +201,16 @@ class Operation:
         """Validate stored arguments against the *current* signature (it may have changed).
 
         ``offer=True`` (an effect's callback) drops the arguments the operation does
-        not declare instead of refusing them.
+        not declare instead of refusing them. Stored JSON converts as it always did
+        (``strict=False``): strictness is for the caller's Python values (:meth:`bind`).
         """
         try:
             if offer:
                 offered = json.loads(text)
                 if isinstance(offered, dict):
                     kept = {k: v for k, v in offered.items() if k in self.names}
-                    return self.arguments.validate_python(kept)  # type: ignore[no-any-return]
-            return self.arguments.validate_json(text)  # type: ignore[no-any-return]
+                    return self.arguments.validate_python(kept, strict=False)  # type: ignore[no-any-return]
+            return self.arguments.validate_json(text, strict=False)  # type: ignore[no-any-return]
         except ValidationError as exc:
             raise InvalidArguments(f"{self.name}(): {_validation_message(exc)}") from None
 
@@ -342,7 +369,9 @@ def _build_operation(cls: type, name: str, function: Callable[..., Any]) -> Oper
             order.append(param.name)
     returns = hints.get("return", Any)
     try:
-        arguments = _adapter(_typed_dict(f"{cls.__name__}_{name}", fields))
+        # Strict: a caller's "3" for an int is refused, not turned into 3 (README,
+        # "Arguments"); a parameter annotated Annotated[T, Strict(False)] converts.
+        arguments = _adapter(_typed_dict(f"{cls.__name__}_{name}", fields, strict=True))
         result = _adapter(
             type(None) if returns is None else returns  # `-> None`
         )
