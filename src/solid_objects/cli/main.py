@@ -1,9 +1,10 @@
 """The ``solid-objects`` group: global options, ``quickstart``, and every command module.
 
 The commands live by concern in :mod:`.worker` (worker, install),
-:mod:`.inspection` (status, actors, inspect, dead-letters, effects, audit) and
+:mod:`.inspection` (status, actors, inspect, dead-letters, effects, audit),
 :mod:`.operations` (pause, resume, pending, reminders, processes, prune, doctor,
-health); each registers itself here, and all share :mod:`.common`.
+health) and :mod:`.dashboard` (dashboard); each registers itself here, and all
+share :mod:`.common`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 
 import click
 
-from . import inspection, operations, worker
+from . import dashboard, inspection, operations, worker
 from .common import EXIT_FAILED
 
 
@@ -45,5 +46,5 @@ def quickstart() -> None:
 
 
 main.add_command(quickstart)
-for _module in (worker, inspection, operations):
+for _module in (worker, inspection, operations, dashboard):
     _module.register(main)
