@@ -36,6 +36,9 @@ class Activation:
     #: Another process may have enqueued: read the mailbox before going idle.
     check_mailbox: bool = True
     last_used: float = field(default_factory=time.monotonic)
+    #: How long its latest turn ran: a turn whose commit finds the lease expired is
+    #: charged for it only if it ran long enough to have starved the renewals.
+    turn_seconds: float = 0.0
 
     @property
     def pk(self) -> int:

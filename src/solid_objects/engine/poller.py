@@ -13,17 +13,21 @@ and releases activations idle for ``idle_timeout``. Idle, it writes nothing.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from typing import TYPE_CHECKING
 
 from .. import faults
+from ..errors import DatabaseError
 from ..store import Claimed, MessageRow, Tx
-from ..store.store import new_id
+from ..store.store import ReadyActor, new_id
+from .refusals import DB_ERRORS
 from .retention import RetentionSchedule
 
 if TYPE_CHECKING:
+    from .activation import Activation
     from .worker import WorkerPool
 
 log = logging.getLogger("solid_objects.poller")
@@ -68,7 +72,8 @@ class Poller:
         claimable = []
         for r in ready:
             if r.lease_owner != pool.owner:
-                claimable.append(r)
+                if not pool.turn_in_flight(r.pk):  # a turn in flight here settles it first
+                    claimable.append(r)
             else:
                 # Ours: new work for a cached actor. One we own but do not cache is
                 # being adopted right now (by the enqueue that claimed it), or was
@@ -89,11 +94,40 @@ class Poller:
             )
             return [c for c in got if c is not None]
 
-        claimed = self.store.transact(claim_all)
+        try:
+            claimed = self.store.transact(claim_all)
+        except DB_ERRORS:
+            if len(claimable) == 1:
+                raise
+            claimed = self._claim_apart(claimable)
         faults.point("claim.committed")
         for c in claimed:
             pool.adopt(c)
         return found + len(claimed)
+
+    def _claim_apart(self, claimable: list[ReadyActor]) -> list[Claimed]:
+        """The batch of claims failed (one actor's row locked past ``busy_timeout``, a
+        trigger...): claim each alone, so that one actor never holds up the others."""
+        pool = self.pool
+        claimed: list[Claimed] = []
+        for r in claimable:
+            claim = functools.partial(
+                self.store.claim,
+                pk=r.pk,
+                generation=r.lease_generation,
+                owner=pool.owner,
+                lease_ms=self.options.lease_ms,
+            )
+            try:
+                got = self.store.transact(claim)
+            except DB_ERRORS as exc:
+                if isinstance(exc, DatabaseError) and exc.disconnect:
+                    raise
+                log.warning("could not claim actor %d: %r; the next round tries again", r.pk, exc)
+                continue
+            if got is not None:
+                claimed.append(got)
+        return claimed
 
     def run_due(self, now_ms: int | None = None) -> int:
         """Promote due delayed messages and fire due reminders (``now_ms``: test clock)."""
@@ -143,16 +177,54 @@ class Poller:
                 self.store.release(tx, a.lease)
             return pool.presence.recover_stale_peers(tx)
 
-        recovered = self.store.transact(body)
+        try:
+            recovered = self.store.transact(body)
+        except DB_ERRORS:
+            recovered = self._maintain_apart(idle, held)
         self.last_maintained = time.monotonic()
         pool.presence.log_recovered(recovered)
         return len(idle) + len(recovered)
 
+    def _maintain_apart(
+        self, idle: list[Activation], held: list[int]
+    ) -> list[tuple[str, int, int]]:
+        """The maintenance transaction failed: do its parts one by one, so that one
+        actor whose row cannot be written (locked past ``busy_timeout``) costs only its
+        own lease, not the renewal of every other lease of the process."""
+        pool = self.pool
+        self.store.transact(pool.presence.beat)  # if even this fails, the database is down
+        self._renew_apart(held)
+        for a in idle:
+            try:
+                self.store.transact(functools.partial(self.store.release, lease=a.lease))
+            except DB_ERRORS:
+                pass  # the lease expires by itself
+        try:
+            return self.store.transact(pool.presence.recover_stale_peers)
+        except DB_ERRORS:
+            log.exception("could not recover stale peers; the next heartbeat tries again")
+            return []
+
+    def _renew_apart(self, pks: list[int]) -> None:
+        """Renew ``pks``, halving a set whose renewal fails until the failing lease is
+        alone: a few failed statements, not one transaction per lease."""
+        if not pks:
+            return
+        try:
+            self.store.transact(
+                lambda tx: self.store.renew(tx, self.pool.owner, pks, self.options.lease_ms)
+            )
+        except DB_ERRORS as exc:
+            if len(pks) == 1:
+                log.warning("could not renew the lease of actor %d: %r", pks[0], exc)
+                return
+            half = len(pks) // 2
+            self._renew_apart(pks[:half])
+            self._renew_apart(pks[half:])
+
     # --- the loop ---------------------------------------------------------------------
 
     def _loop(self) -> None:
-        from .worker import DB_ERRORS
-
         pool = self.pool
         interval = _MIN_POLL
         renew_every = self.options.lease_duration / 3

@@ -21,8 +21,6 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from .. import faults
 from ..errors import DatabaseError, LeaseLost
 from ..observability.events import Instrumentation, log_fields
@@ -33,6 +31,7 @@ from .actions import run_actions
 from .activation import Activation
 from .effects import EffectRunner
 from .presence import Presence
+from .refusals import DB_ERRORS, CommitsApart, Turn, last_error
 from .turn import Limits, TurnOutcome, execute, failure
 from .waiters import Outcome, Waiters
 
@@ -43,10 +42,12 @@ _TURN_BATCH = 32
 #: Turn time after which a worker commits what it has instead of running more turns,
 #: so a fast call is not held back behind a batch of slow ones.
 _BATCH_BUDGET = 0.005
-DB_ERRORS = (SQLAlchemyError, DatabaseError)
 
 
-class WorkerPool:
+__all__ = ["DB_ERRORS", "WorkerPool"]
+
+
+class WorkerPool(CommitsApart):
     def __init__(
         self,
         store: Store,
@@ -171,6 +172,13 @@ class WorkerPool:
     def held_pks(self) -> list[int]:
         with self._cond:
             return list(self._activations)
+
+    def turn_in_flight(self, pk: int) -> bool:
+        """Whether a turn of actor ``pk`` is in flight here: even once its lease has
+        expired, that turn's commit settles it (see ``CommitsApart._record_overrun``)."""
+        with self._cond:
+            act = self._activations.get(pk)
+            return act is not None and act.status == "running"
 
     def holds_identity(self, actor_type: str, actor_id: str) -> bool:
         with self._cond:
@@ -580,11 +588,7 @@ class WorkerPool:
             return committed
 
         started = time.perf_counter()
-        if (
-            outcome.staged is None
-            and outcome.kind != "retry"
-            and self.store.dialect.writable_cte
-        ):
+        if outcome.staged is None and outcome.kind != "retry" and self.store.dialect.writable_cte:
 
             def finish() -> Committed:
                 self.store.finish_direct(
@@ -613,7 +617,7 @@ class WorkerPool:
 
             def settle_later() -> None:
                 try:
-                    self._settle_direct(act, message, outcome, turn, started, commit, False)
+                    self._settle_direct(act, message, outcome, turn, started, commit, False, body)
                 finally:
                     if settled is not None:
                         settled(message.id)
@@ -622,7 +626,7 @@ class WorkerPool:
             return message, None
         except BaseException:
             pass
-        if not self._settle_direct(act, message, outcome, turn, started, commit):
+        if not self._settle_direct(act, message, outcome, turn, started, commit, body=body):
             return None
         return message, outcome
 
@@ -642,11 +646,15 @@ class WorkerPool:
         started: float,
         commit: Future[Committed],
         waiting: bool = True,
+        body: Callable[[Tx], Committed] | None = None,
     ) -> bool:
         """After a direct turn's commit ended: move the activation on, as a worker would.
 
         False when the fence refused (nothing was written); a failed commit raises,
-        unless the caller has stopped ``waiting`` (then it is logged)."""
+        unless the caller has stopped ``waiting`` (then it is logged). A commit the
+        database refused for what the turn wrote is recorded with ``body`` as the
+        turn's failed attempt instead: the message becomes the actor's head, retried
+        with backoff, and the caller waits for it like for any failure."""
         try:
             committed = commit.result()
         except LeaseLost:
@@ -658,6 +666,15 @@ class WorkerPool:
             self._finish(act, requeue=False)
             return False
         except BaseException as exc:
+            if (
+                body is not None
+                and isinstance(exc, DB_ERRORS)
+                and not self.store.unavailable(exc)
+                and not getattr(exc, "commit_unknown", False)  # recording could run it twice
+            ):
+                self._refused(act, outcome, exc)
+                recorded = _ran(lambda: self.store.transact(body, isolated=False))
+                return self._settle_direct(act, message, outcome, turn, started, recorded, waiting)
             self.instrument.committed(turn, None, started)
             if isinstance(exc, DatabaseError) and self.store.dialect.is_lock_timeout(exc.orig):
                 # It gave up waiting for a lock at the call's deadline and wrote nothing:
@@ -712,11 +729,17 @@ class WorkerPool:
     ) -> TurnOutcome:
         """Run one turn; ``committed_state`` is the state before it (default: the
         activation's last committed state; in a chain, the previous turn's)."""
+        act.turn_seconds = 0.0
         if act.head_attempt > self.options.max_attempts:
+            last = last_error(message)
             return failure(
                 RuntimeError(
-                    f"message started {act.head_attempt - 1} times without finishing: the "
-                    "worker running it crashed or lost its lease each time"
+                    f"message started {act.head_attempt - 1} times without finishing: "
+                    + (
+                        f"the last recorded failure: {last}"
+                        if last
+                        else "the worker running it crashed or lost its lease each time"
+                    )
                 ),
                 deterministic=True,
             )
@@ -743,7 +766,7 @@ class WorkerPool:
         )
         # A decaying maximum of the operation's run time, for direct turns (_fits).
         key = (act.actor_type, message.operation)
-        took = time.monotonic() - began
+        took = act.turn_seconds = time.monotonic() - began
         self._turn_seconds[key] = max(took, self._turn_seconds.get(key, took) / 2)
         return outcome
 
@@ -767,6 +790,23 @@ class WorkerPool:
             for i, (act, message, _) in enumerate(pending)
         ]
 
+        started = time.perf_counter()
+        try:
+            results = self.store.transact(self._turns_body(pending, read_next), isolated=False)
+        except DB_ERRORS as exc:
+            results = self._commit_apart(pending, read_next, exc, started)
+        else:
+            self._commit_failures = 0
+            faults.point("commit.committed")
+            self.instrument.committed(pending, results, started)
+        for (act, _, _), committed in zip(pending, results, strict=True):
+            if committed is None:
+                self._drop(act)
+        return results
+
+    def _turns_body(
+        self, pending: list[Turn], read_next: list[bool]
+    ) -> Callable[[Tx], list[Committed | None]]:
         def body(tx: Tx) -> list[Committed | None]:
             results: list[Committed | None] = []
             for (act, message, outcome), read in zip(pending, read_next, strict=True):
@@ -775,29 +815,12 @@ class WorkerPool:
                 except LeaseLost as exc:
                     fields = log_fields(message, act.head_attempt)
                     log.warning("%s", exc, extra={"solid_action": "lease_lost", **fields})
+                    self._record_overrun(tx, act, message)
                     results.append(None)
             faults.point("commit.body")
             return results
 
-        started = time.perf_counter()
-        try:
-            results = self.store.transact(body, isolated=False)
-        except DB_ERRORS:
-            log.exception("commit of %d turns failed; they will run again", len(pending))
-            for act, _, _ in pending:
-                self._drop(act, release=True)
-            self.instrument.committed(pending, None, started)
-            # The database refuses writes (full disk, failover): back off, do not spin.
-            self._commit_failures += 1
-            time.sleep(min(0.01 * 2 ** min(self._commit_failures, 7), 1.0))
-            return [None] * len(pending)
-        self._commit_failures = 0
-        faults.point("commit.committed")
-        self.instrument.committed(pending, results, started)
-        for (act, _, _), committed in zip(pending, results, strict=True):
-            if committed is None:
-                self._drop(act)
-        return results
+        return body
 
     def _commit_turn(
         self,

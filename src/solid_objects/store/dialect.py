@@ -273,6 +273,13 @@ class Dialect:
         """A deadlock or serialization failure: the whole transaction may simply run again."""
         return False
 
+    def is_unavailable(self, error: BaseException | None) -> bool:
+        """The database cannot take this write *now* (full disk, I/O error, read-only,
+        a lock wait that timed out, a lost connection, a shutdown): the same work may
+        commit later, and it is not the work's fault. Any other error (a constraint, a
+        trigger, a value that does not fit) is charged to the work that caused it."""
+        return False
+
     def lock_for_install(self, conn: Connection) -> None:
         """Serialize concurrent ``install()`` calls from several processes."""
 
@@ -370,6 +377,8 @@ class SQLiteDialect(Dialect):
 
     #: SQLite has one writer: a process sends its writes through one group-commit thread.
     group_commit = True
+    #: BUSY, LOCKED, NOMEM, READONLY, IOERR, CORRUPT, FULL, CANTOPEN, PROTOCOL, NOTADB
+    _UNAVAILABLE = frozenset({5, 6, 7, 8, 10, 11, 13, 14, 15, 26})
     settings_sql = (
         ("version", "SELECT sqlite_version()"),
         ("journal_mode", "PRAGMA journal_mode"),
@@ -412,6 +421,12 @@ class SQLiteDialect(Dialect):
             _enable_wal(cur, busy_ms / 1000)
             cur.execute(f"PRAGMA synchronous={synchronous}")
             cur.close()
+
+    def is_unavailable(self, error: BaseException | None) -> bool:
+        code = getattr(error, "sqlite_errorcode", None)
+        if not isinstance(code, int):
+            return True
+        return (code & 0xFF) in self._UNAVAILABLE  # the primary code of an extended one
 
     def unindexed(self, column: str) -> str:
         return f"+{column}"
@@ -529,6 +544,19 @@ class PostgreSQLDialect(Dialect):
         usual = max(1, int(self.lock_wait * 1000))
         return lambda: cursor.execute(f"SET lock_timeout = {usual}")
 
+    def is_unavailable(self, error: BaseException | None) -> bool:
+        state = getattr(error, "sqlstate", None)
+        if state is None:
+            return True  # raised by the client (connection closed), not by a statement
+        # connection, insufficient resources (disk full), operator intervention
+        # (statement timeout, shutdown), system error (I/O), transaction rollback;
+        # lock_not_available, object_in_use, read_only_sql_transaction
+        return state[:2] in ("08", "53", "57", "58", "40") or state in (
+            "55P03",
+            "55006",
+            "25006",
+        )
+
     def lock_for_install(self, conn: Connection) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(7310580462)"))
 
@@ -569,6 +597,18 @@ class MySQLDialect(Dialect):
         cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {max(1, math.ceil(left))}")
         usual = int(self.lock_wait)
         return lambda: cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {usual}")
+
+    #: Server errors that mean "not now": lock wait timeout, deadlock, disk full, table
+    #: full, too many connections, shutdown, read-only, killed or timed-out statements.
+    _UNAVAILABLE = frozenset(
+        {1205, 1213, 1021, 1114, 1040, 1053, 1290, 1792, 1836, 1927, 3024, 1969, 1317, 4031}
+    )
+
+    def is_unavailable(self, error: BaseException | None) -> bool:
+        args: tuple[Any, ...] = tuple(getattr(error, "args", ()))
+        if not args or not isinstance(args[0], int):
+            return True  # raised by the client, not by a statement
+        return 2000 <= args[0] < 3000 or args[0] in self._UNAVAILABLE  # 2xxx: client errors
 
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
         # Lock waits bounded like PostgreSQL's (whole seconds here; the default is 50).

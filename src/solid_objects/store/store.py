@@ -308,6 +308,13 @@ class Store(
                 time.sleep(random.uniform(0.001, 0.01) * (attempt + 1))
         raise AssertionError("unreachable")
 
+    def unavailable(self, error: BaseException) -> bool:
+        """Whether a failed transaction means the database takes no writes now (see
+        ``Dialect.is_unavailable``) rather than that it refused this transaction's work."""
+        if isinstance(error, DatabaseError):
+            return error.disconnect or self.dialect.is_unavailable(error.orig)
+        return self.dialect.is_unavailable(getattr(error, "orig", None))
+
     def transact_future(
         self, body: Callable[[Tx], T], *, isolated: bool = True, key: Any = None
     ) -> Future[T]:
@@ -982,22 +989,56 @@ class Store(
         as in :meth:`finish_turn`, the message is appended here, as the head.
         """
         assert message.seq is not None
-        changed = tx.run(
+        changed = self._hold_back(tx, lease, message, attempt, delay_ms, direct, self._FENCE)
+        if changed != 1:
+            raise LeaseLost(f"lease lost before recording the failure of message {message.id}")
+        if direct:
+            self._insert_direct(tx, message, "queued", attempt, None, error)
+            return
+        self._record_attempt(tx, message, attempt, error)
+
+    def record_overrun(
+        self, tx: Tx, lease: Lease, message: MessageRow, *, error: str, attempt: int, delay_ms: int
+    ) -> bool:
+        """After a turn's commit was refused: if the lease merely *expired* (nobody
+        claimed the actor since), count the turn as a failed attempt and back off, as
+        :meth:`retry_later` does. A turn that outlasts its lease every time thus ends as
+        a dead letter instead of running forever. False when another holder took over
+        (its claim counted the start)."""
+        assert message.seq is not None
+        if self._hold_back(tx, lease, message, attempt, delay_ms, False, self._EXPIRED) != 1:
+            return False
+        self._record_attempt(tx, message, attempt, error)
+        return True
+
+    #: The fence of a lease that is still ours but has expired: no one claimed it since.
+    _EXPIRED = _FENCE.replace("lease_expires_at > {now}", "lease_expires_at <= {now}")
+
+    def _hold_back(
+        self,
+        tx: Tx,
+        lease: Lease,
+        message: MessageRow,
+        attempt: int,
+        delay_ms: int,
+        direct: bool,
+        fence: str,
+    ) -> int:
+        """Give the lease up and keep the head message back for ``delay_ms``."""
+        assert message.seq is not None
+        return tx.run(
             "UPDATE {actors} SET lease_owner = NULL, lease_token = NULL, "
             "lease_expires_at = NULL, ready_at = {now} + :delay_ms, updated_at = {now}, "
             # the starts so far: a claim adds the next one (a warm start was not counted)
             "attempt = :attempt"
             + (self._DIRECT_SET if direct else "")
             + " WHERE "
-            + self._FENCE
+            + fence
             + (self._DIRECT_FENCE if direct else ""),
             self._fence_params(lease, message.seq, delay_ms=delay_ms, attempt=attempt),
         )
-        if changed != 1:
-            raise LeaseLost(f"lease lost before recording the failure of message {message.id}")
-        if direct:
-            self._insert_direct(tx, message, "queued", attempt, None, error)
-            return
+
+    def _record_attempt(self, tx: Tx, message: MessageRow, attempt: int, error: str) -> None:
         tx.run(
             "UPDATE {messages} SET attempts = :attempt, error = :error WHERE id = :id",
             {"attempt": attempt, "error": error, "id": message.id},

@@ -9,7 +9,8 @@ inside one ``BEGIN IMMEDIATE ... COMMIT``, each under its own ``SAVEPOINT`` so
 one body's failure rolls back only its own writes (bodies that raise only before
 writing skip the savepoint: ``isolated=False``), and completes each caller's
 future only after the ``COMMIT`` returned. Nothing is acknowledged before it
-is durable, and a failed commit fails every body in the batch.
+is durable, and no caller ever gets another body's error: a driver error in
+one body, or a failed ``COMMIT``, makes the others run again without it.
 """
 
 from __future__ import annotations
@@ -34,8 +35,19 @@ _Job = tuple[Callable[[Tx], Any], Future[Any], bool]
 _MAX_BATCH = 256
 
 
-class _WroteThenRaised(Exception):
-    """A body submitted with ``isolated=False`` raised after writing: undo the batch."""
+class _Isolate(Exception):
+    """A body submitted with ``isolated=False`` raised a driver error, or raised after
+    writing: undo the batch and run it again with every body in its own savepoint."""
+
+
+class _Aborted(Exception):
+    """A body's error ended the whole transaction (SQLite rolls back by itself on a
+    full disk, an I/O error, ...): that body fails, the others run again."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        super().__init__(index)
+        self.index = index
+        self.error = error
 
 
 class GroupWriter:
@@ -47,6 +59,7 @@ class GroupWriter:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._local = threading.local()
+        self._driver_error: type[Exception] = engine.dialect.loaded_dbapi.Error
 
     def submit(self, body: Callable[[Tx], T], *, isolated: bool = True) -> Future[T]:
         """Queue ``body(tx)`` for the next group transaction.
@@ -100,26 +113,78 @@ class GroupWriter:
                         raw = self._engine.raw_connection()
                     except Exception as exc:
                         raise DatabaseError(f"cannot connect: {exc}", exc, disconnect=True) from exc
-                try:
-                    self._run_batch(raw, batch)
-                except _WroteThenRaised:
-                    # Rolled back: run the batch again with every body in a savepoint.
-                    self._run_batch(raw, batch, isolate_all=True)
-            except BaseException as exc:  # the commit itself failed: nothing is durable
+                healthy = self._commit(raw, batch)
+            except BaseException as exc:  # nothing is durable
                 log.warning("group commit of %d transactions failed: %r", len(batch), exc)
-                if isinstance(exc, self._engine.dialect.loaded_dbapi.Error):
-                    # e.g. "database or disk is full": callers get the library's own type
-                    exc = DatabaseError(f"{type(exc).__name__}: {exc}", exc)
                 for _, future, _ in batch:
                     if not future.done():
-                        future.set_exception(exc)
-                if raw is not None:
-                    try:
-                        raw.invalidate()
-                    finally:
-                        raw = None
+                        future.set_exception(self._wrap(exc))
+                healthy = False
+            if not healthy and raw is not None:
+                try:
+                    raw.invalidate()
+                finally:
+                    raw = None
         if raw is not None:
             raw.close()
+
+    def _wrap(self, exc: BaseException) -> BaseException:
+        """A driver error as the library's own type, with SQLite's reason in the text."""
+        if isinstance(exc, self._driver_error):
+            return DatabaseError(f"{type(exc).__name__}: {exc}", exc)
+        return exc
+
+    def _commit(self, raw: Any, batch: list[_Job]) -> bool:
+        """Commit ``batch``, each body's failure charged to that body alone.
+
+        The common case is one transaction. Only on failure: a driver error in a body
+        re-runs the batch with every body in a savepoint; a body whose error ends the
+        transaction fails and the others run again; a failed ``COMMIT`` (nothing
+        committed: SQLite is local) runs each body in a transaction of its own.
+        False when the connection should be replaced.
+        """
+        try:
+            self._run_batch(raw, batch)
+            return True
+        except _Isolate:
+            pass
+        except self._driver_error as exc:  # COMMIT (or BEGIN) failed
+            if len(batch) == 1:
+                raise
+            log.warning(
+                "group commit of %d transactions failed: %r; each runs alone", len(batch), exc
+            )
+            return self._one_by_one(raw, batch)
+        remaining = batch
+        while remaining:
+            try:
+                self._run_batch(raw, remaining, isolate_all=True)
+                return True
+            except _Aborted as aborted:
+                remaining[aborted.index][1].set_exception(self._wrap(aborted.error))
+                remaining = remaining[: aborted.index] + remaining[aborted.index + 1 :]
+            except self._driver_error as exc:
+                if len(remaining) == 1:
+                    raise
+                log.warning(
+                    "group commit of %d transactions failed: %r; each runs alone",
+                    len(remaining),
+                    exc,
+                )
+                return self._one_by_one(raw, remaining)
+        return True
+
+    def _one_by_one(self, raw: Any, batch: list[_Job]) -> bool:
+        healthy = True
+        for job in batch:
+            try:
+                self._run_batch(raw, [job], isolate_all=True)
+            except _Aborted as aborted:
+                job[1].set_exception(self._wrap(aborted.error))
+            except self._driver_error as exc:
+                job[1].set_exception(self._wrap(exc))
+                healthy = False
+        return healthy
 
     def _run_batch(self, raw: Any, batch: list[_Job], *, isolate_all: bool = False) -> None:
         driver = raw.driver_connection
@@ -128,30 +193,33 @@ class GroupWriter:
         outcomes: list[tuple[bool, Any]] = []
         driver.execute(self._begin_sql)
         try:
-            for body, _, isolated in batch:
+            for index, (body, _, isolated) in enumerate(batch):
                 if not (isolated or isolate_all):
-                    # The body promises to raise only before writing anything; a
-                    # driver error, which may come mid-way, fails the whole batch, and
-                    # a body that broke its promise makes the batch run again isolated.
+                    # The body promises to raise only before writing anything; a driver
+                    # error, which may come mid-way, or a broken promise makes the batch
+                    # run again with every body isolated.
                     changes = driver.total_changes
                     try:
                         outcomes.append((True, body(tx)))
-                    except self._engine.dialect.loaded_dbapi.Error:
-                        raise
+                    except self._driver_error as exc:
+                        raise _Isolate() from exc
                     except Exception as exc:
                         if driver.total_changes != changes:
-                            raise _WroteThenRaised() from exc
+                            raise _Isolate() from exc
                         outcomes.append((False, exc))
                     continue
                 driver.execute("SAVEPOINT solid_job")
                 try:
                     result = body(tx)
                 except Exception as exc:
-                    if isinstance(exc, self._engine.dialect.loaded_dbapi.Error):
-                        exc = DatabaseError(f"{type(exc).__name__}: {exc}", exc)
-                    driver.execute("ROLLBACK TO solid_job")
-                    driver.execute("RELEASE solid_job")
-                    outcomes.append((False, exc))
+                    if not driver.in_transaction:
+                        raise _Aborted(index, exc) from exc
+                    try:
+                        driver.execute("ROLLBACK TO solid_job")
+                        driver.execute("RELEASE solid_job")
+                    except self._driver_error:
+                        raise _Aborted(index, exc) from exc
+                    outcomes.append((False, self._wrap(exc)))
                 else:
                     driver.execute("RELEASE solid_job")
                     outcomes.append((True, result))
