@@ -105,3 +105,60 @@ def test_health_endpoint_masks_and_listens_on_loopback(db_url: str) -> None:
         server.shutdown()
         server.server_close()
         rt.close()
+
+
+def worker_health_banner(db_url: str, *extra: str) -> str:
+    """Start a real ``solid-objects worker --health-port``; return where it says it listens."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    env = {
+        **os.environ,
+        "SOLID_ADMIN_APP_DB": db_url,
+        "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}",
+    }
+    args = ["worker", TARGET, "--health-port", str(port), *extra]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "solid_objects", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 60
+        for line in proc.stderr:
+            if line.startswith("health check on "):
+                # A "worker loop" check means run() started, its SIGTERM handler set.
+                while True:
+                    try:
+                        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz") as r:
+                            body = r.read().decode()
+                    except urllib.error.HTTPError as failed:
+                        body = failed.read().decode()
+                    assert SECRET not in body
+                    if "worker loop" in body:
+                        break
+                    assert time.monotonic() < deadline, "the worker loop never started"
+                    time.sleep(0.1)
+                return line.split()[-1].replace(str(port), "PORT")
+            assert time.monotonic() < deadline, "the worker never served its health endpoint"
+        raise AssertionError(f"the worker exited {proc.wait()} before serving")
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+
+
+def test_worker_health_endpoint_binds_loopback_unless_a_host_is_given(db_url: str) -> None:
+    setup = Runtime(db_url)
+    setup.install()
+    setup.close()
+    assert worker_health_banner(db_url) == "http://127.0.0.1:PORT/healthz"
+    assert worker_health_banner(db_url, "--health-host", "0.0.0.0") == (
+        "http://0.0.0.0:PORT/healthz"
+    )

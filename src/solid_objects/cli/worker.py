@@ -21,7 +21,16 @@ from .common import EXIT_FAILED, load_runtime, target_argument
     default=None,
     help="Serve GET /healthz on this port (200 healthy, 503 not) for Kubernetes probes.",
 )
-def worker(target: str, workers: int | None, install: bool, health_port: int | None) -> None:
+@click.option(
+    "--health-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Interface the health endpoint listens on; it has no authentication, so only "
+    "loopback unless given (a Kubernetes probe needs 0.0.0.0).",
+)
+def worker(
+    target: str, workers: int | None, install: bool, health_port: int | None, health_host: str
+) -> None:
     """Run the workers of the runtime MODULE:RUNTIME until SIGTERM or SIGINT.
 
     On the first signal the worker finishes in-flight turns, releases its
@@ -49,8 +58,15 @@ def worker(target: str, workers: int | None, install: bool, health_port: int | N
         if health_port is not None:
             from ..doctor import serve_health
 
-            serve_health(runtime, health_port, host="0.0.0.0")
-            click.echo(f"health check on http://0.0.0.0:{health_port}/healthz", err=True)
+            try:
+                server = serve_health(runtime, health_port, host=health_host)
+            except OSError as exc:
+                raise click.BadParameter(
+                    f"cannot listen on {health_host}:{health_port}: {exc}",
+                    param_hint="--health-host/--health-port",
+                ) from None
+            host, port = (str(part) for part in server.server_address[:2])
+            click.echo(f"health check on http://{host}:{port}/healthz", err=True)
         runtime.run()
     except SchemaNotInstalled as exc:
         click.echo(
