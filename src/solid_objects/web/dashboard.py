@@ -104,9 +104,11 @@ class _Dashboard:
     # --- plumbing -----------------------------------------------------------------------
 
     def who(self, request: Request) -> str:
+        """The host's ``principal(request)``, asked once per request (pages show it too)."""
         name = self.principal(request)
         if name is None:
             raise Anonymous()
+        request.state.solid_principal = name
         return name
 
     def ops(self, request: Request) -> Administration:
@@ -115,10 +117,7 @@ class _Dashboard:
     def render(
         self, request: Request, template: str, *, status_code: int = 200, **context: Any
     ) -> HTMLResponse:
-        try:
-            principal: str | None = self.principal(request)
-        except Exception:
-            principal = None
+        principal: str | None = getattr(request.state, "solid_principal", None)
         base = str(request.scope.get("root_path", "")).rstrip("/")
         here = request.url.path[len(base) :] or "/"
         if request.url.query:
@@ -134,8 +133,12 @@ class _Dashboard:
         return HTMLResponse(html, status_code=status_code)
 
     async def form(self, request: Request) -> tuple[Administration, dict[str, list[str]]]:
-        """The POSTed form, once the principal and its CSRF token are checked."""
-        ops = self.ops(request)
+        """The POSTed form, once the principal and its CSRF token are checked.
+
+        The host's ``principal`` runs in a worker thread, as on the GET pages, so it
+        may do blocking work (read a Django session, say).
+        """
+        ops = await run_in_threadpool(self.ops, request)
         body = await request.body()
         if len(body) > MAX_BODY:
             raise InvalidArguments("form too large")
