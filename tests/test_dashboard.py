@@ -301,3 +301,51 @@ def test_lists_page_by_cursor(rt: Runtime, client: TestClient) -> None:
     second = client.get("/actors" + more.group(1).replace("&amp;", "&"),
                         headers=as_user("ops:alice")).text  # fmt: skip
     assert "a050" in second and "a054" in second and "a049" not in second
+
+
+class Courier(Actor):
+    sent: int = 0
+
+    def ship(self, to: str) -> None:
+        self.sent += 1
+        self.emit("deliver", to=to)
+
+
+def test_dead_effect_is_retried_from_the_effects_page(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    delivered: list[str] = []
+    down = [True]
+
+    def deliver(ctx: object, to: str) -> None:
+        if down[0]:
+            raise ConnectionError("courier unreachable")
+        delivered.append(to)
+
+    runtime = make_runtime(workers=0, effect_max_attempts=1)
+    runtime.register(Courier)
+    runtime.effect("deliver")(deliver)
+    runtime.admin.set_policy(allow({"ops:*": "*", "viewer:*": "read"}))
+    runtime.ref(Courier, "c").ship.send(to="<b>home</b>")
+    runtime.testing.drain()
+    with TestClient(dashboard(runtime, principal=_user), follow_redirects=False) as c:
+        assert "Retry" not in c.get("/effects", headers=as_user("viewer:bob")).text
+        page = c.get("/effects", headers=as_user("ops:alice")).text
+        assert "courier unreachable" in page and "&lt;b&gt;home&lt;/b&gt;" in page
+        (effect,) = runtime.admin.as_principal("ops:x").list_effects().items
+        down[0] = False
+        r = c.post(
+            "/effects/retry",
+            data={"csrf": csrf_of(page), "ids": effect.id, "next": "/effects"},
+            headers=as_user("ops:alice"),
+        )
+        assert r.status_code == 303
+        runtime.testing.drain()
+        assert delivered == ["<b>home</b>"]
+        assert "No dead effects." in c.get("/effects", headers=as_user("ops:alice")).text
+    (entry,) = runtime.admin.as_principal("ops:x").audit_log().items
+    assert (entry.principal, entry.action, entry.target_id) == (
+        "ops:alice",
+        "effects.retry",
+        effect.id,
+    )
