@@ -36,6 +36,7 @@ from .errors import (
     PayloadTooLarge,
     StateMigrationError,
 )
+from .guard import fenced
 
 #: Names that belong to the library on actors and references; no field or
 #: operation may use them.
@@ -274,7 +275,8 @@ class ActorDefinition:
                     f"{self.actor_type}: no migration from state_version {current} to {current + 1}"
                 )
             try:
-                raw = step(raw)
+                with fenced(f"the {self.actor_type} state migration from {current}"):
+                    raw = step(raw)
             except Exception as exc:
                 raise StateMigrationError(
                     f"{self.actor_type}: migration from state_version {current} failed: {exc!r}"

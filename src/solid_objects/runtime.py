@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import URL
 
-from . import shutdown, staging
+from . import guard, shutdown, staging
 from .actor import Actor
 from .admin import Administration
 from .authorization import bind_caller_loop, check_policies, wrap_async_policies
@@ -35,7 +35,7 @@ from .engine.client import Client
 from .engine.waiters import Waiters
 from .engine.wakeup import listener_for
 from .engine.worker import WorkerPool
-from .errors import ApplicationWriteForbidden
+from .errors import ApplicationWriteForbidden, ConfigurationError
 from .options import Options
 from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref, resolve_operation
 from .registry import NamedHandlers, Registry
@@ -97,6 +97,7 @@ class Runtime:
             self.owner,
         )
         event.listen(self.engine, "before_cursor_execute", _refuse_inside_turn)
+        self.guard(self.engine)  # migrations and commit actions, too
         self._engine = Client(self.store, self._pool, self._waiters, self.options)
         # A call from a thread holding SQLite's write lock is refused (SyncInsideTransaction).
         self._engine.transactions.watch(self.engine)
@@ -182,6 +183,20 @@ class Runtime:
             message_id, definition.actor_type, None, None, authorization
         )
         return row.id, resolve_operation(definition, row.operation), row.actor_type, row.actor_id
+
+    def guard(self, engine: Engine) -> Engine:
+        """Refuse writes through ``engine`` that would escape a turn's commit.
+
+        From actor code, a state migration or a commit action (other than through
+        its ``ctx.connection``), a write through ``engine`` would commit on its own
+        and stay done if the turn is refused or retried: it raises
+        ApplicationWriteForbidden instead. Reads are allowed. Returns ``engine``.
+        """
+        if not isinstance(engine, Engine):
+            raise ConfigurationError(f"guard() takes a SQLAlchemy Engine, not {engine!r}")
+        if not event.contains(engine, "before_cursor_execute", guard.refuse_escaping_writes):
+            event.listen(engine, "before_cursor_execute", guard.refuse_escaping_writes)
+        return engine
 
     # --- diagnosis ----------------------------------------------------------------------
 
@@ -381,6 +396,10 @@ class AsyncRuntime:
 
     def register(self, cls: type[A]) -> type[A]:
         return self.sync.register(cls)
+
+    def guard(self, engine: Engine) -> Engine:
+        """Refuse escaping writes through ``engine``; see :meth:`Runtime.guard`."""
+        return self.sync.guard(engine)
 
     def effect(self, name: str) -> Callable[[H], H]:
         """Register an effect handler (``def`` or ``async def``); see :meth:`Runtime.effect`."""

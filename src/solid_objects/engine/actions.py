@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine
 
+from ..guard import fenced
 from ..registry import NamedHandlers
 from ..staging import StagedAction
 from ..store import MessageRow, Tx
@@ -41,8 +42,10 @@ def run_actions(
     # statements join the turn's transaction. It is never closed here (closing it
     # would return the connection to the pool in the middle of the transaction).
     connection = Connection(engine, connection=tx.connection)
+    own = tx.connection.dbapi_connection  # its writes commit with the turn
     for action in actions:
         ctx = CommitContext(
             connection, action.name, message.actor_type, message.actor_id, message.id
         )
-        handlers.get(action.name)(ctx, **json.loads(action.arguments))
+        with fenced(f"commit action {action.name!r}", allowed=own):
+            handlers.get(action.name)(ctx, **json.loads(action.arguments))

@@ -1,0 +1,162 @@
+"""runtime.guard(engine): writes that would escape a turn's commit are refused, reads are not."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+
+from solid_objects import Actor, Runtime
+from solid_objects.engine.actions import CommitContext
+from solid_objects.errors import ConfigurationError, MessageFailed
+
+APP: list[Engine] = []  # the application's own engine, as actor code would import it
+RUNTIMES: list[Runtime] = []
+
+
+def escape(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO app_log (note) VALUES ('escaped')"))
+
+
+def app_rows() -> int:
+    with APP[0].connect() as conn:
+        return int(conn.execute(text("SELECT COUNT(*) FROM app_log")).scalar_one())
+
+
+class Writer(Actor):
+    seen: int = 0
+
+    def write(self) -> None:
+        escape(APP[0])
+
+    def read(self) -> int:
+        self.seen = app_rows()  # reading the application's tables is fine
+        return self.seen
+
+    def order(self, via: str) -> None:
+        self.commit_action("record", via=via)
+
+
+def record(ctx: CommitContext, via: str) -> None:
+    app_rows()  # a read through another connection is allowed here too
+    if via == "ctx":
+        ctx.connection.execute(text("INSERT INTO app_log (note) VALUES ('with the turn')"))
+    else:
+        escape(RUNTIMES[0].engine if via == "runtime" else APP[0])
+
+
+class Versioned(Actor):
+    actor_type = "Versioned"
+    count: int = 0
+
+    def bump(self) -> int:
+        self.count += 1
+        return self.count
+
+
+def _escaping_migration(state: dict[str, int]) -> dict[str, int]:
+    app_rows()
+    escape(APP[0])
+    return {"total": state["count"]}
+
+
+def _reading_migration(state: dict[str, int]) -> dict[str, int]:
+    return {"total": state["count"] + app_rows()}
+
+
+class VersionedEscaping(Actor):
+    actor_type = "Versioned"
+    state_version = 2
+    migrations = {1: _escaping_migration}
+    total: int = 0
+
+    def bump(self) -> int:
+        self.total += 1
+        return self.total
+
+
+class VersionedReading(Actor):
+    actor_type = "Versioned"
+    state_version = 2
+    migrations = {1: _reading_migration}
+    total: int = 0
+
+    def bump(self) -> int:
+        self.total += 1
+        return self.total
+
+
+@pytest.fixture
+def app(db_url: str) -> Iterator[Engine]:
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE app_log (note VARCHAR(50) NOT NULL)"))
+    APP[:] = [engine]
+    yield engine
+    APP.clear()
+    RUNTIMES.clear()
+    engine.dispose()
+
+
+def failure(runtime: Runtime, send: Callable[[], object]) -> MessageFailed:
+    message = send()
+    runtime.testing.drain()
+    with pytest.raises(MessageFailed) as info:
+        message.result()  # type: ignore[attr-defined]
+    return info.value
+
+
+def test_actor_code_cannot_write_through_a_guarded_engine_but_can_read(
+    make_runtime: Callable[..., Runtime], app: Engine
+) -> None:
+    rt = make_runtime(workers=0, max_attempts=1)
+    assert rt.guard(app) is app
+    rt.guard(app)  # twice is once
+    failed = failure(rt, rt.ref(Writer, "w").write.send)
+    assert failed.error["type"] == "ApplicationWriteForbidden"
+    assert app_rows() == 0
+    read = rt.ref(Writer, "w").read.send()
+    rt.testing.drain()
+    assert read.result() == 0
+    escape(app)  # outside a turn the engine is the application's as ever
+    assert app_rows() == 1
+    with pytest.raises(ConfigurationError):
+        rt.guard("sqlite:///x.db")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("via", ["runtime", "app"])
+def test_a_commit_action_writes_only_through_its_own_connection(
+    make_runtime: Callable[..., Runtime], app: Engine, via: str
+) -> None:
+    rt = make_runtime(workers=0, max_attempts=1)
+    RUNTIMES[:] = [rt]
+    rt.guard(app)
+    rt.commit_action("record")(record)
+    failed = failure(rt, lambda: rt.ref(Writer, "w").order.send(via=via))
+    assert "ApplicationWriteForbidden" in str(failed.error)
+    assert app_rows() == 0
+    done = rt.ref(Writer, "w").order.send(via="ctx")
+    rt.testing.drain()
+    done.result()
+    assert app_rows() == 1
+
+
+def test_a_state_migration_cannot_write_through_a_guarded_engine(
+    make_runtime: Callable[..., Runtime], app: Engine
+) -> None:
+    old = make_runtime(workers=0)
+    old.ref(Versioned, "v").bump.send()
+    old.testing.drain()
+    new = make_runtime(workers=0, max_attempts=1)
+    new.guard(app)
+    failed = failure(new, new.ref(VersionedEscaping, "v").bump.send)
+    assert failed.error["type"] == "StateMigrationError"
+    assert "ApplicationWriteForbidden" in str(failed.error)
+    assert app_rows() == 0
+    reading = make_runtime(workers=0)
+    reading.guard(app)
+    message = reading.ref(VersionedReading, "v").bump.send()
+    reading.testing.drain()
+    assert message.result() == 2
