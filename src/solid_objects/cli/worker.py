@@ -58,6 +58,9 @@ def worker(
         if health_port is not None:
             from ..doctor import serve_health
 
+            # Workers first: a readiness probe must not see "ok" before the worker
+            # loop runs (run() below finds them started).
+            runtime.start()
             try:
                 server = serve_health(runtime, health_port, host=health_host)
             except OSError as exc:
