@@ -254,8 +254,7 @@ def test_reconciliation_reads(rt: Runtime) -> None:
 def test_a_worker_process_registers_heartbeats_and_signs_off(
     make_runtime: Callable[..., Runtime],
 ) -> None:
-    rt = make_runtime(workers=1, lease_duration=0.3)
-    rt.register(Counter)
+    rt = make_runtime(workers=1, lease_duration=0.3, actors=[Counter])
     admin = ops(rt)
     with rt:
         (proc,) = admin.list_processes().items

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal, TypeVar
 
 from . import staging
+from .catalogue import CATALOGUE
 from .definition import ActorDefinition, build_definition
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,11 +55,15 @@ class Actor:
     #: The identity of this instance, set before any operation runs.
     actor_id: str
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, *, auto_register: bool = True, **kwargs: Any) -> None:
+        """Introspect the class; with ``auto_register`` (the default), add it to the
+        process's catalogue, so runtimes that do not restrict their types serve it."""
         super().__init_subclass__(**kwargs)
         if "actor_type" not in cls.__dict__:
             cls.actor_type = cls.__name__
         cls.__solid_definition__ = build_definition(cls, Actor)
+        if auto_register:
+            CATALOGUE.add(cls)
 
     def __repr__(self) -> str:
         actor_id = getattr(self, "actor_id", "?")

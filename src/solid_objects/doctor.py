@@ -33,6 +33,7 @@ from .authorization import (
     answer,
     option_name,
 )
+from .engine.presence import SERVE_ADVICE, unserved
 from .redaction import redact_url
 from .store.schema import SCHEMA_VERSION, installed_version
 
@@ -74,7 +75,7 @@ class Report:
         return "fail" if "fail" in statuses else "warn" if "warn" in statuses else "ok"
 
 
-class SolidObjectsDoctorProbe(Actor):
+class SolidObjectsDoctorProbe(Actor, auto_register=False):
     """The doctor's throwaway actor: only the doctor's own runtime registers and runs it."""
 
     pings: int = 0
@@ -315,6 +316,8 @@ def _backlog(runtime: Runtime, checks: list[Check]) -> None:
     with store.read() as tx:
         _now, counts = store.status_counts(tx)
         orphans = store.orphan_counts(tx)
+        stranded = unserved(store, tx)
+    stranded.pop(SolidObjectsDoctorProbe.actor_type, None)  # a probe of a doctor that died
     dead = sum(c.dead_letters for c in counts)
     dead_effects = sum(c.effects_dead for c in counts)
     retrying = sum(c.retrying for c in counts)
@@ -331,6 +334,11 @@ def _backlog(runtime: Runtime, checks: list[Check]) -> None:
         advice.append("`solid-objects effects list {app}`")
     if retrying:
         advice.append("`solid-objects status {app}` then `inspect` the retrying actors")
+    if stranded:
+        detail += "; no live process serves " + ", ".join(
+            f"{actor_type} ({count} waiting)" for actor_type, count in stranded.items()
+        )
+        advice.append(SERVE_ADVICE)
     if any(orphans):
         detail += f"; orphaned rows (messages, reminders, effects): {orphans}"
         advice.append("report the orphaned rows: they indicate a bug")
@@ -373,13 +381,13 @@ def _round_trip(runtime: Runtime, checks: list[Check], timeout: float) -> None:
     probe = Runtime(
         runtime.engine,  # its connections are made as the runtime's are (database.py)
         workers=1,
+        actors=[SolidObjectsDoctorProbe],  # not the application's: only the probe runs here
         table_prefix=runtime.options.table_prefix,
         lease_duration=max(runtime.options.lease_duration, 1.0),
         call_timeout=timeout,
         busy_timeout=min(runtime.options.busy_timeout, timeout),
     )
     try:
-        probe.register(SolidObjectsDoctorProbe)
         actor_id = f"doctor-{probe.owner}"
         started = time.perf_counter()
         with probe:

@@ -66,6 +66,9 @@ class Options:
     retention: float | None = None
     #: Seconds between automatic prunes (with ``retention``).
     retention_interval: float = 3600.0
+    #: The actor classes this runtime serves, e.g. ``actors=[Counter, Cart]`` (plus any
+    #: registered later). None: every ``Actor`` subclass defined in the process.
+    actors: tuple[type[Any], ...] | None = None
     #: Per-call policies (``policy(AuthorizationRequest) -> bool``; see
     #: :mod:`solid_objects.authorization`). None: the application's own calls are
     #: trusted (message, query, destroy); subscriptions are denied.
@@ -82,6 +85,14 @@ class Options:
             raise ConfigurationError(
                 f"unknown runtime option(s) {unknown}; valid options: {sorted(known)}"
             )
+        actors = kwargs.get("actors")
+        if actors is not None:
+            if isinstance(actors, str | bytes | type) or not hasattr(actors, "__iter__"):
+                raise ConfigurationError(
+                    f"actors must be a list of Actor classes, e.g. actors=[Counter], "
+                    f"not {actors!r}"
+                )
+            kwargs = {**kwargs, "actors": tuple(actors)}
         options = cls(**kwargs)
         options.validate()
         return options
@@ -144,6 +155,9 @@ class Options:
                 "wakeup_url must be a redis://, rediss:// or unix:// URL, not "
                 f"{redact_url(str(self.wakeup_url))!r}"
             )
+        for actor in self.actors or ():
+            if not isinstance(actor, type):
+                raise ConfigurationError(f"actors must be Actor classes, not {actor!r}")
         if not isinstance(self.table_prefix, str) or not re.fullmatch(
             r"[a-z][a-z0-9_]{0,30}", self.table_prefix
         ):

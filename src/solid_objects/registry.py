@@ -7,16 +7,30 @@ from collections.abc import Callable
 from typing import Any
 
 from .actor import Actor, definition_of
+from .catalogue import Catalogue
 from .codec import check_identifier
 from .definition import ActorDefinition
 from .errors import InvalidActorDefinition, UnknownActorType
 
 
 class Registry:
-    def __init__(self) -> None:
+    """The actor types a runtime serves: those registered, and, unless the runtime
+    restricts its types, every class in the process's catalogue (see ``catalogue``).
+
+    A registered class wins over a catalogue class of the same ``actor_type``.
+    """
+
+    def __init__(self, catalogue: Catalogue | None = None) -> None:
         self._lock = threading.Lock()
         self._by_type: dict[str, ActorDefinition] = {}
+        self._catalogue = catalogue
+        self._seen: tuple[int, int] = (-1, -1)  # (registrations, catalogue version)
         self._types: tuple[str, ...] = ()
+
+    @property
+    def restricted(self) -> bool:
+        """True when only registered types are served (``Runtime(actors=[...])``)."""
+        return self._catalogue is None
 
     def register(self, cls: type[Any]) -> ActorDefinition:
         if not (isinstance(cls, type) and issubclass(cls, Actor)) or cls is Actor:
@@ -31,20 +45,51 @@ class Registry:
                 )
             if known is None:
                 self._by_type[definition.actor_type] = definition
-                self._types = tuple(sorted(self._by_type))
         return definition
 
     def get(self, actor_type: str) -> ActorDefinition:
         definition = self._by_type.get(actor_type)
-        if definition is None:
-            raise UnknownActorType(
-                f"actor type {actor_type!r} is not registered in this process; "
-                f"known: {sorted(self._by_type)}"
+        if definition is not None:
+            return definition
+        if self._catalogue is not None:
+            unique, ambiguous = self._catalogue.resolve()
+            cls = unique.get(actor_type)
+            if cls is not None:
+                return definition_of(cls)
+            if actor_type in ambiguous:
+                raise UnknownActorType(
+                    f"actor type {actor_type!r} is defined by several classes in this "
+                    f"process ({', '.join(ambiguous[actor_type])}): register the one to "
+                    "serve with runtime.register(cls), or give the others their own "
+                    "actor_type"
+                )
+        raise UnknownActorType(
+            f"actor type {actor_type!r} is not served by this process; it serves: "
+            f"{list(self.types())}"
+            + (
+                " (this runtime serves only the types given in actors=[...] or registered)"
+                if self.restricted
+                else " (define or import the class in a module this process loads)"
             )
-        return definition
+        )
 
     def types(self) -> tuple[str, ...]:
+        """Every type this runtime serves, sorted; cheap (called on every poll)."""
+        version = -1 if self._catalogue is None else self._catalogue.version
+        seen = (len(self._by_type), version)
+        if seen != self._seen:
+            names = set(self._by_type)
+            if self._catalogue is not None:
+                names.update(self._catalogue.resolve()[0])
+            self._types, self._seen = tuple(sorted(names)), seen
         return self._types
+
+    def ambiguous(self) -> dict[str, list[str]]:
+        """Catalogue types defined by several classes and not registered (none served)."""
+        if self._catalogue is None:
+            return {}
+        ambiguous = self._catalogue.resolve()[1]
+        return {t: names for t, names in ambiguous.items() if t not in self._by_type}
 
 
 class NamedHandlers:

@@ -29,6 +29,7 @@ from . import guard, shutdown, staging
 from .actor import Actor
 from .admin import Administration
 from .authorization import bind_caller_loop, check_policies, wrap_async_policies
+from .catalogue import CATALOGUE
 from .database import library_engine
 from .definition import Operation
 from .engine.client import Client
@@ -82,7 +83,9 @@ class Runtime:
                 "busy_timeout": self.options.busy_timeout,
             },
         )
-        self.registry = Registry()
+        self.registry = Registry(None if self.options.actors is not None else CATALOGUE)
+        for cls in self.options.actors or ():
+            self.registry.register(cls)
         self.effects = NamedHandlers("effect")
         self.commit_actions = NamedHandlers("commit action")
         self.owner = new_owner()
@@ -121,7 +124,12 @@ class Runtime:
         self._engine._schema_checked = True
 
     def register(self, cls: type[A]) -> type[A]:
-        """Make an actor class runnable by this process's workers. Usable as a decorator."""
+        """Make an actor class runnable by this process's workers. Usable as a decorator.
+
+        A runtime without ``actors=[...]`` already serves every actor class defined in
+        its process; registering still adds a class defined with ``auto_register=False``,
+        and picks one class when several define the same ``actor_type``.
+        """
         self.registry.register(cls)
         return cls
 

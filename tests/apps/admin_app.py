@@ -82,8 +82,7 @@ def build_runtime(url: str | None = None, **options: Any) -> Runtime:
     options.setdefault("retry_base_delay", 0.02)
     options.setdefault("retry_max_delay", 0.05)
     options.setdefault("effect_max_attempts", 2)
-    runtime = Runtime(url, **options)
-    runtime.register(Account)
+    runtime = Runtime(url, actors=[Account], **options)  # this app's type only, not the tests'
     runtime.effect("receipt")(receipt)
     policy = os.environ.get("SOLID_ADMIN_APP_POLICY", "all")
     if policy == "all":

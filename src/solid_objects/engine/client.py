@@ -43,6 +43,7 @@ from ..options import Options
 from ..store import Enqueued, Store, Tx
 from ..store.store import TERMINAL, MessageRow, new_id
 from . import external
+from .presence import SERVE_ADVICE
 from .transactions import OpenTransactions
 from .waiters import NUDGE, Outcome, Waiters
 from .worker import WorkerPool
@@ -752,13 +753,7 @@ class Client:
                 f"{(actor.ready_at - actor.now) / 1000:.1f}s"
             )
         if actor.lease_owner is None:
-            if self.options.workers == 0 or not self.pool.running:
-                parts.append(
-                    "no worker holds the actor and this process runs none: is a "
-                    "`solid-objects worker` process running?"
-                )
-            else:
-                parts.append("no worker has claimed the actor yet (workers are busy)")
+            parts.append(self._unclaimed(row.actor_type))
         elif actor.lease_expires_at is not None and actor.lease_expires_at <= actor.now:
             parts.append(
                 f"the lease of worker {actor.lease_owner} expired "
@@ -769,6 +764,24 @@ class Client:
             mine = " (this process)" if actor.lease_owner == self.pool.owner else ""
             parts.append(f"worker {actor.lease_owner}{mine} is running it")
         return f"{head}: " + "; ".join(parts)
+
+    def _unclaimed(self, actor_type: str) -> str:
+        """Why no worker holds an actor with queued work: none runs, none serves its type,
+        or they are busy."""
+        with self.store.read() as tx:
+            served = self.store.served_types(tx)
+        if not served:
+            return (
+                "no worker holds the actor and no process running workers is alive: start "
+                "`solid-objects worker module:runtime` (or a runtime with workers here)"
+            )
+        if not any(actor_type in types for types in served.values()):
+            serving = sorted({t for types in served.values() for t in types})
+            return (
+                f"no live process serves actor type {actor_type!r} ({len(served)} live "
+                f"worker process(es) serve {serving}): {SERVE_ADVICE}"
+            )
+        return "no worker has claimed the actor yet (workers are busy)"
 
     # --- reads of committed state -----------------------------------------------------
 

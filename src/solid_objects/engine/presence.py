@@ -24,6 +24,22 @@ log = logging.getLogger("solid_objects.processes")
 #: Most stale peers one maintenance round recovers.
 _RECOVER_BATCH = 20
 
+#: What to do about messages of a type no live process serves.
+SERVE_ADVICE = (
+    "the worker serves the actor classes its module defines or imports, so define or "
+    "import the class in the module given to `solid-objects worker` (or register it "
+    "with runtime.register(cls); a runtime made with actors=[...] serves only those)"
+)
+
+
+def unserved(store: Store, tx: Tx) -> dict[str, int]:
+    """Waiting messages, by actor type, of the types no live process serves."""
+    backlog = store.backlog_types(tx)
+    if not backlog:
+        return {}
+    served = {t for types in store.served_types(tx).values() for t in types}
+    return {t: n for t, n in sorted(backlog.items()) if n > 0 and t not in served}
+
 
 class Presence:
     def __init__(self, store: Store, options: Options, owner: str, registry: Registry) -> None:
@@ -31,24 +47,60 @@ class Presence:
         self.owner = owner
         self.ttl_ms = options.lease_ms
         self.registry = registry
+        #: The types written in this process's row at its last registration.
+        self._published: tuple[str, ...] | None = None
 
     def register(self, tx: Tx) -> None:
         from .. import __version__
 
+        types = self.registry.types()
         self.store.register_process(
             tx,
             owner=self.owner,
             host=socket.gethostname(),
             pid=os.getpid(),
             version=__version__,
-            actor_types=json.dumps(list(self.registry.types())),
+            actor_types=json.dumps(list(types)),
             ttl_ms=self.ttl_ms,
         )
+        self._published = types
 
     def beat(self, tx: Tx) -> None:
-        """Renew the row; register again if it is gone (pruned, or the tables reinstalled)."""
-        if not self.store.heartbeat(tx, self.owner, self.ttl_ms):
+        """Renew the row; register again if it is gone (pruned, or the tables reinstalled),
+        or if this process serves other types now (a class defined after the start)."""
+        if self.registry.types() != self._published or not self.store.heartbeat(
+            tx, self.owner, self.ttl_ms
+        ):
             self.register(tx)
+
+    def warn_unserved(self, tx: Tx) -> None:
+        """Say at start what will not run: no types here, ambiguous ones, orphaned work."""
+        types = self.registry.types()
+        if not types:
+            log.warning(
+                "this process runs workers but serves no actor types: define or import the "
+                "actor classes in the module it loads (for `solid-objects worker "
+                "app.actors:runtime`, in app/actors.py), or pass Runtime(..., actors=[...])",
+                extra={"solid_action": "no_actor_types"},
+            )
+        for actor_type, names in self.registry.ambiguous().items():
+            log.warning(
+                "actor type %r is defined by several classes (%s), so it is not served: "
+                "register the one to serve with runtime.register(cls)",
+                actor_type,
+                ", ".join(names),
+                extra={"solid_action": "ambiguous_actor_type", "actor_type": actor_type},
+            )
+        for actor_type, count in unserved(self.store, tx).items():
+            log.warning(
+                "%d message(s) for actor type %r are waiting and no live process serves "
+                "that type (this one serves %s): %s",
+                count,
+                actor_type,
+                list(types),
+                SERVE_ADVICE,
+                extra={"solid_action": "unserved_actor_type", "actor_type": actor_type},
+            )
 
     def recover_stale_peers(self, tx: Tx) -> list[tuple[str, int, int]]:
         """Recover peers whose heartbeat expired; (owner, leases, claims) of each."""

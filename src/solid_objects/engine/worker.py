@@ -102,6 +102,8 @@ class WorkerPool(CommitsApart):
         self.running = True
         try:
             self.store.transact(self.presence.register)
+            with self.store.read() as tx:
+                self.presence.warn_unserved(tx)
         except DB_ERRORS:
             log.exception("could not register this process; the next heartbeat will")
         self.effects.start()

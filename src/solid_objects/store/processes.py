@@ -16,6 +16,7 @@ marks the row stopped.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -157,6 +158,36 @@ class ProcessStatements:
                     )
                 )
         return rows
+
+    def served_types(self, tx: Tx) -> dict[str, list[str]]:
+        """The actor types each live process serves, by owner (heartbeat not expired)."""
+        served: dict[str, list[str]] = {}
+        for owner, types in tx.rows(
+            self._proc(
+                "SELECT owner, actor_types FROM {processes} "
+                "WHERE stopped_at IS NULL AND expires_at > {now}"
+            )
+        ):
+            try:
+                served[str(owner)] = [str(t) for t in json.loads(types)]
+            except ValueError:
+                served[str(owner)] = []
+        return served
+
+    def backlog_types(self, tx: Tx) -> dict[str, int]:
+        """Messages waiting to run (in a mailbox or delayed), by actor type."""
+        backlog: dict[str, int] = {}
+        for actor_type, count in tx.rows(
+            "SELECT actor_type, SUM(next_seq - done_seq - 1) FROM {actors} "
+            "WHERE next_seq > done_seq + 1 GROUP BY actor_type"
+        ):
+            backlog[str(actor_type)] = int(count or 0)
+        for actor_type, count in tx.rows(
+            "SELECT actor_type, COUNT(*) FROM {messages} WHERE status = 'scheduled' "
+            "GROUP BY actor_type"
+        ):
+            backlog[str(actor_type)] = backlog.get(str(actor_type), 0) + int(count)
+        return backlog
 
     def process(self, tx: Tx, owner: str) -> ProcessRow | None:
         row = tx.row(
