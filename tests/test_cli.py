@@ -204,6 +204,12 @@ def test_actors_discard_and_retry_many_from_stdin(app: tuple[Runtime, CLI]) -> N
     rest = cli.json("actors", TARGET, "Account", "--cursor", listed["next_cursor"])
     assert [a["actor_id"] for a in rest["items"]] == ["c"]
     assert "(more: solid-objects actors" in cli.ok("actors", TARGET, "Account", "--limit", "2")
+    by_prefix = cli.json("actors", TARGET, "Account", "--id-prefix", "b", "--limit", "1")
+    assert [a["actor_id"] for a in by_prefix["items"]] == ["b"]
+    assert by_prefix["next_cursor"] is None
+    assert cli.ok("actors", TARGET, "Account", "--id-prefix", "z").strip() == (
+        "no Account actors with an id starting with 'z'"
+    )
 
     assert cli.ok("dead-letters", "discard", TARGET, dead[0].id).strip() == (
         f"{dead[0].id}: discarded"

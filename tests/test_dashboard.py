@@ -303,6 +303,27 @@ def test_lists_page_by_cursor(rt: Runtime, client: TestClient) -> None:
     assert "a050" in second and "a054" in second and "a049" not in second
 
 
+def test_actors_page_searches_by_id_prefix_with_pages(rt: Runtime, client: TestClient) -> None:
+    for i in range(52):
+        rt.ref(Vault, f"a%{i:03}").store.send(item="x")
+    for other in ("a_1", "ab", "b%000"):
+        rt.ref(Vault, other).store.send(item="x")
+    rt.testing.drain()
+    user = as_user("ops:alice")
+    first = client.get("/actors?type=Vault&prefix=a%25", headers=user).text
+    assert 'value="a%"' in first  # the form keeps the search
+    assert "a%000" in first and "a%049" in first and "a%050" not in first
+    assert "a_1" not in first and ">ab<" not in first
+    more = re.search(r'href="(\?[^"]*cursor=[^"]+)"', first)
+    assert more
+    second = client.get("/actors" + more.group(1).replace("&amp;", "&"), headers=user).text
+    assert "a%050" in second and "a%051" in second and "b%000" not in second
+    assert 'href="?' not in second  # the last page of the prefix
+    none = client.get("/actors?type=Vault&prefix=zz", headers=user).text
+    assert "No actors of this type with an id starting with" in none
+    assert client.get("/actors?type=Vault&prefix=a%00", headers=user).status_code == 400
+
+
 class Courier(Actor):
     sent: int = 0
 

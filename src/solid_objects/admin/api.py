@@ -266,10 +266,17 @@ class Administration(Maintenance, AdminBase):
     # --- actors -------------------------------------------------------------------------
 
     def list_actors(
-        self, actor_type: str, *, limit: int = 50, cursor: str | None = None
+        self,
+        actor_type: str,
+        *,
+        id_prefix: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
     ) -> Page[ActorSummary]:
-        """Actors of one type, by id."""
+        """Actors of one type, by id; ``id_prefix`` keeps those whose id starts with it
+        (checked like an id: ``%`` and ``_`` are plain characters)."""
         check_identifier(actor_type, what="actor type")
+        _check_filters(id_prefix=id_prefix)
         _check_limit(limit)
         after = _decode_cursor(cursor, "actors")
         self._authorize("actors.list", actor_type=actor_type)
@@ -277,7 +284,11 @@ class Administration(Maintenance, AdminBase):
         with store.read() as tx:
             now = store.now(tx)
             rows = store.list_actors(
-                tx, actor_type, after=None if after is None else str(after), limit=limit + 1
+                tx,
+                actor_type,
+                id_prefix=id_prefix,
+                after=None if after is None else str(after),
+                limit=limit + 1,
             )
         rows, next_cursor = _page(rows, limit, "actors", lambda last: last.actor_id)
         return Page([self._summary(r, now) for r in rows], next_cursor, _time(now))

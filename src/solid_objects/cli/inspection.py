@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 import click
@@ -99,18 +100,30 @@ def status(target: str, as_json: bool) -> None:
 @click.command()
 @target_argument
 @click.argument("actor_type", metavar="TYPE")
+@click.option("--id-prefix", help="Only actors whose id starts with this text.")
 @limit_option
 @cursor_option
 @json_option
-def actors(target: str, actor_type: str, limit: int, cursor: str | None, as_json: bool) -> None:
+def actors(
+    target: str,
+    actor_type: str,
+    id_prefix: str | None,
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
     """List the actors of TYPE, by id."""
     with admin_session(target) as admin:
-        page = admin.list_actors(actor_type, limit=limit, cursor=cursor)
+        page = admin.list_actors(actor_type, id_prefix=id_prefix, limit=limit, cursor=cursor)
     if as_json:
         emit_json(page)
         return
     if not page.items:
-        click.echo(f"no {actor_type} actors" + (" after this cursor" if cursor else ""))
+        click.echo(
+            f"no {actor_type} actors"
+            + (f" with an id starting with {id_prefix!r}" if id_prefix else "")
+            + (" after this cursor" if cursor else "")
+        )
         return
     print_table(
         ["ID", "QUEUED", "ATTEMPT", "RETRY", "LEASE", "UPDATED"],
@@ -128,7 +141,10 @@ def actors(target: str, actor_type: str, limit: int, cursor: str | None, as_json
             for a in page.items
         ],
     )
-    print_more(page.next_cursor, f"solid-objects actors {target} {actor_type}")
+    again = f"solid-objects actors {target} {actor_type}"
+    if id_prefix:
+        again += f" --id-prefix {shlex.quote(id_prefix)}"
+    print_more(page.next_cursor, again)
 
 
 @click.command()

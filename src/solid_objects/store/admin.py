@@ -283,6 +283,24 @@ def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def prefix_upper_bound(prefix: str) -> str | None:
+    """The least string above every string that starts with ``prefix`` (code point
+    order), or None when there is none (the prefix is all U+10FFFF).
+
+    The last code point that can grow is incremented and what follows it dropped;
+    surrogates are skipped, they cannot be stored as UTF-8.
+    """
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        if last < 0x10FFFF:
+            nxt = last + 1
+            if 0xD800 <= nxt <= 0xDFFF:
+                nxt = 0xE000
+            return "".join(chars) + chr(nxt)
+    return None
+
+
 def reminder_row(r: Sequence[Any]) -> ReminderAdminRow:
     return ReminderAdminRow(
         r[0], r[1], r[2], int(r[3]), _int(r[4]), r[5], int(r[6]), bool(r[7]), int(r[8]), r[9], r[10]
@@ -594,16 +612,39 @@ class AdminStatements:
     # --- actors ---------------------------------------------------------------------
 
     def list_actors(
-        self, tx: Tx, actor_type: str, *, after: str | None, limit: int
+        self,
+        tx: Tx,
+        actor_type: str,
+        *,
+        id_prefix: str | None = None,
+        after: str | None,
+        limit: int,
     ) -> list[ActorRow]:
-        """Actors of one type by id (the identity index), ``after`` the cursor id."""
+        """Actors of one type by id (the identity index), ``after`` the cursor id.
+
+        ``id_prefix`` is a range over the identity index, ``p <= actor_id < upper``, not
+        ``LIKE`` (no escaping of ``%``/``_``). It holds because ids compare by code point:
+        BINARY on SQLite, ``utf8mb4_bin`` on MySQL/MariaDB; on PostgreSQL the bounds are
+        compared ``COLLATE "C"`` so a linguistic database collation cannot drop matches.
+        """
+        where = "actor_type = :t"
+        params: dict[str, Any] = {"t": actor_type, "after": after, "limit": limit}
+        if id_prefix is not None:
+            column = 'actor_id COLLATE "C"' if self.dialect.name == "postgresql" else "actor_id"
+            where += f" AND {column} >= :p"
+            params["p"] = id_prefix
+            upper = prefix_upper_bound(id_prefix)
+            if upper is not None:
+                where += f" AND {column} < :p_upper"
+                params["p_upper"] = upper
+        if after is not None:
+            where += " AND actor_id > :after"
         return [
             _actor(r)
             for r in tx.rows(
-                f"SELECT {_ACTOR_COLS} FROM {{actors}} WHERE actor_type = :t"
-                + ("" if after is None else " AND actor_id > :after")
-                + " ORDER BY actor_id LIMIT :limit",
-                {"t": actor_type, "after": after, "limit": limit},
+                f"SELECT {_ACTOR_COLS} FROM {{actors}} WHERE {where} "
+                "ORDER BY actor_id LIMIT :limit",
+                params,
             )
         ]
 

@@ -197,13 +197,17 @@ class _Dashboard:
             return RedirectResponse(path, status_code=303)
         types = self.runtime.registry.types()
         page = None
+        id_prefix = q.get("prefix") or None
         if actor_type:
-            page = ops.list_actors(actor_type, limit=PAGE_SIZE, cursor=q.get("cursor") or None)
+            page = ops.list_actors(
+                actor_type, id_prefix=id_prefix, limit=PAGE_SIZE, cursor=q.get("cursor") or None
+            )
         return self.render(
             request,
             "actors.html",
             types=types,
             actor_type=actor_type,
+            id_prefix=id_prefix,
             page=page,
             next_url=_next_url(request, page),
         )
