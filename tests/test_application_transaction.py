@@ -17,6 +17,7 @@ from solid_objects.errors import (
     IdempotencyConflict,
     InvalidArguments,
     MessageNotFound,
+    Unauthorized,
 )
 
 from .conftest import FAST, count_rows, fresh_database
@@ -203,3 +204,20 @@ def test_a_runtime_built_on_the_application_engine_joins_its_write_transaction(
             assert order_ids(app_engine) == [1]
     finally:
         rt.close()
+
+
+def test_a_denied_send_writes_nothing_in_the_application_transaction(
+    make_runtime: Callable[..., Runtime], app_engine: Engine
+) -> None:
+    rt = make_runtime(authorize_message=lambda request: request.context == "staff")
+    with rt:
+        ref = rt.ref(Fulfilment, "f")
+        with app_engine.connect() as conn:
+            conn.execute(orders.insert().values(id=1, item="x"))
+            with pytest.raises(Unauthorized):
+                ref.ship.with_options(connection=conn, authorization="guest").send(item="x")
+            allowed = ref.ship.with_options(connection=conn, authorization="staff")
+            sent = allowed.send(item="y")
+            conn.commit()
+        assert sent.wait(timeout=20) == 1
+        assert count_rows(rt, "messages") == 1 and order_ids(app_engine) == [1]
