@@ -18,11 +18,13 @@ Example::
 """
 
 from .actor import Actor, query
+from .authorization import AuthorizationRequest
 from .engine.effects import EffectContext
 from .errors import (
     ActorDestroyed,
     CallInsideTurn,
     CallTimeout,
+    ForeignDatabase,
     IdempotencyConflict,
     InvalidArguments,
     LeaseLost,
@@ -47,9 +49,11 @@ __all__ = [
     "AsyncMessageReference",
     "AsyncRef",
     "AsyncRuntime",
+    "AuthorizationRequest",
     "CallInsideTurn",
     "CallTimeout",
     "EffectContext",
+    "ForeignDatabase",
     "IdempotencyConflict",
     "InvalidArguments",
     "LeaseLost",
