@@ -28,17 +28,17 @@ class Problem:
     title: str
 
 
-_TABLE: dict[type[BaseException], Problem] = {}
+_TABLE: dict[type[Exception], Problem] = {}
 
 
-def register(cls: type[BaseException], status: int, title: str) -> None:
+def register(cls: type[Exception], status: int, title: str) -> None:
     """Answer ``cls`` (and its subclasses without an entry of their own) with ``status``."""
     if not 400 <= status <= 599:
         raise errors.ConfigurationError(f"a problem's status must be 4xx or 5xx, not {status}")
     _TABLE[cls] = Problem(status, title)
 
 
-def handled() -> tuple[type[BaseException], ...]:
+def handled() -> tuple[type[Exception], ...]:
     """Every exception class with an entry, for registering framework handlers."""
     return tuple(_TABLE)
 
@@ -110,5 +110,5 @@ register(errors.CallTimeout, 504, "Call timed out")
 register(errors.MessageFailed, 500, "Message failed")
 register(errors.RuntimeNotStarted, 503, "Runtime not running")
 _mailbox_full = getattr(errors, "MailboxFull", None)
-if isinstance(_mailbox_full, type) and issubclass(_mailbox_full, BaseException):
+if isinstance(_mailbox_full, type) and issubclass(_mailbox_full, Exception):
     register(_mailbox_full, 429, "Mailbox full")
