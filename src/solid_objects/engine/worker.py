@@ -18,17 +18,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 
 from .. import faults
-from ..errors import DatabaseError, LeaseLost
+from ..errors import LeaseLost
 from ..observability.events import Instrumentation, log_fields
 from ..options import Options
 from ..registry import NamedHandlers, Registry
 from ..store import Claimed, Committed, Enqueued, MessageRow, Store, Tx
 from .actions import run_actions
 from .activation import Activation
+from .direct import DirectTurns
 from .effects import EffectRunner
 from .presence import Presence
 from .refusals import DB_ERRORS, CommitsApart, Turn, last_error
@@ -47,7 +46,7 @@ _BATCH_BUDGET = 0.005
 __all__ = ["DB_ERRORS", "WorkerPool"]
 
 
-class WorkerPool(CommitsApart):
+class WorkerPool(DirectTurns, CommitsApart):
     def __init__(
         self,
         store: Store,
@@ -516,187 +515,6 @@ class WorkerPool(CommitsApart):
         self._advance(act, message, outcome, committed.next_head)
         return True
 
-    def run_here(
-        self,
-        actor_type: str,
-        actor_id: str,
-        message_id: str,
-        operation: str,
-        arguments: str,
-        traceparent: str | None,
-        deadline: float | None = None,
-        settled: Callable[[str], None] | None = None,
-    ) -> tuple[MessageRow, TurnOutcome | None] | None:
-        """Run a caller's message in the caller's own thread, if this process holds
-        the actor and it has nothing else to do.
-
-        The message is appended to the mailbox by its own turn's commit: one
-        transaction, fenced by the lease and by the mailbox being empty, instead of an
-        enqueue, two thread hand-offs and a turn commit. None when the actor is not
-        held idle here, or when the fence refused (another message got in first, or
-        the lease was lost): nothing was written, and the caller enqueues as usual.
-        A commit that fails raises, as a failed enqueue would.
-
-        The turn cannot be interrupted, so it runs here only when that operation's
-        recent turns were short next to the time the call has left (``deadline``);
-        otherwise a worker runs it while the caller waits no longer than its timeout.
-        A commit still waiting for the database at the deadline finishes in the
-        background: the outcome is then None (the caller raises ``CallTimeout``), and
-        ``settled(message_id)`` is called once that commit ended.
-        """
-        if not self._fits(actor_type, operation, deadline):
-            return None
-        with self._cond:
-            act = self._identities.get((actor_type, actor_id))
-            if (
-                act is None
-                or act.status != "idle"
-                or act.head is not None
-                or act.inbox
-                or act.check_mailbox
-                or not self.running
-                or self._stopping.is_set()
-            ):
-                return None
-            act.status = "running"
-        message = MessageRow(
-            id=message_id,
-            actor_pk=act.pk,
-            actor_type=actor_type,
-            actor_id=actor_id,
-            seq=act.done_seq + 1,
-            operation=operation,
-            arguments=arguments,
-            idempotency_key=None,
-            status="queued",
-            attempts=0,
-            result=None,
-            error=None,
-            available_at=0,
-            traceparent=traceparent,
-        )
-        act.head_attempt = 1
-        self.instrument.turn_started(message, 1)
-        outcome = self._run_turn(act, message)
-        self.instrument.turn_executed(message, 1, outcome)
-        faults.point("turn.executed")
-        if outcome.kind == "retry" and self.options.max_attempts <= 1:
-            outcome.kind = "dead"
-        turn = [(act, message, outcome)]
-
-        def body(tx: Tx) -> Committed:
-            committed = self._commit_turn(tx, act, message, outcome, False, direct=True)
-            faults.point("commit.body")
-            return committed
-
-        started = time.perf_counter()
-        if outcome.staged is None and outcome.kind != "retry" and self.store.dialect.writable_cte:
-
-            def finish() -> Committed:
-                self.store.finish_direct(
-                    act.lease,
-                    message,
-                    status=outcome.kind,
-                    state=outcome.state if outcome.kind == "completed" else None,
-                    state_version=act.definition.state_version if act.definition else 1,
-                    result=outcome.result,
-                    error=outcome.error,
-                    lease_ms=self.options.lease_ms,
-                )
-                return Committed(None, [], [])
-
-            commit = _ran(finish)
-        elif self.store.dialect.group_commit:  # the writer thread: wait no longer than due
-            commit = self.store.transact_future(body, isolated=False)
-        else:  # in this thread, its lock waits bounded by the call's deadline
-            commit = _ran(lambda: self.store.transact(body, isolated=False))
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        try:
-            commit.result(left)
-        except FutureTimeout:
-            # SQLite's writer waits for a lock another process holds: the caller stops
-            # waiting at its deadline; the commit is settled when it ends, here.
-
-            def settle_later() -> None:
-                try:
-                    self._settle_direct(act, message, outcome, turn, started, commit, False, body)
-                finally:
-                    if settled is not None:
-                        settled(message.id)
-
-            threading.Thread(target=settle_later, name="solid-direct-commit", daemon=True).start()
-            return message, None
-        except BaseException:
-            pass
-        if not self._settle_direct(act, message, outcome, turn, started, commit, body=body):
-            return None
-        return message, outcome
-
-    def _fits(self, actor_type: str, operation: str, deadline: float | None) -> bool:
-        """Whether a direct turn of ``operation`` can be expected to end well before the
-        call's deadline: its recent turns here (if any) took under a quarter of the time
-        left."""
-        took = self._turn_seconds.get((actor_type, operation), 0.0)
-        return deadline is None or took * 4 <= deadline - time.monotonic()
-
-    def _settle_direct(
-        self,
-        act: Activation,
-        message: MessageRow,
-        outcome: TurnOutcome,
-        turn: list[tuple[Activation, MessageRow, TurnOutcome]],
-        started: float,
-        commit: Future[Committed],
-        waiting: bool = True,
-        body: Callable[[Tx], Committed] | None = None,
-    ) -> bool:
-        """After a direct turn's commit ended: move the activation on, as a worker would.
-
-        False when the fence refused (nothing was written); a failed commit raises,
-        unless the caller has stopped ``waiting`` (then it is logged). A commit the
-        database refused for what the turn wrote is recorded with ``body`` as the
-        turn's failed attempt instead: the message becomes the actor's head, retried
-        with backoff, and the caller waits for it like for any failure."""
-        try:
-            committed = commit.result()
-        except LeaseLost:
-            # Nothing was written; the turn ran on the cached instance: rebuild it, and
-            # read the mailbox before the next turn (another process may have sent).
-            self.instrument.committed(turn, [None], started)
-            act.instance = None
-            act.check_mailbox = True
-            self._finish(act, requeue=False)
-            return False
-        except BaseException as exc:
-            if (
-                body is not None
-                and isinstance(exc, DB_ERRORS)
-                and not self.store.unavailable(exc)
-                and not getattr(exc, "commit_unknown", False)  # recording could run it twice
-            ):
-                self._refused(act, outcome, exc)
-                recorded = _ran(lambda: self.store.transact(body, isolated=False))
-                return self._settle_direct(act, message, outcome, turn, started, recorded, waiting)
-            self.instrument.committed(turn, None, started)
-            if isinstance(exc, DatabaseError) and self.store.dialect.is_lock_timeout(exc.orig):
-                # It gave up waiting for a lock at the call's deadline and wrote nothing:
-                # the lease is still ours (releasing it would wait on the same lock).
-                act.instance = None
-                act.check_mailbox = True
-                self._finish(act, requeue=False)
-            else:
-                self._drop(act, release=True)
-            if waiting:
-                raise
-            log.warning("the commit of direct turn %s failed: %r", message.id, exc)
-            return False
-        faults.point("commit.committed")
-        self.instrument.committed(turn, [committed], started)
-        if self._settle(act, message, outcome, committed):
-            self._finish(act, requeue=False)
-        self.deliver(committed.due_now)
-        return True
-
     def _advance(
         self,
         act: Activation,
@@ -923,13 +741,3 @@ class WorkerPool(CommitsApart):
         if not self.running:
             self.release_all()
         return total
-
-
-def _ran(commit: Callable[[], Committed]) -> Future[Committed]:
-    """A commit made in this thread, as a completed future."""
-    done: Future[Committed] = Future()
-    try:
-        done.set_result(commit())
-    except BaseException as exc:
-        done.set_exception(exc)
-    return done
