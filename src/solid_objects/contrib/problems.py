@@ -38,6 +38,11 @@ def register(cls: type[Exception], status: int, title: str) -> None:
     _TABLE[cls] = Problem(status, title)
 
 
+def unregister(cls: type[Exception]) -> None:
+    """Remove the entry of ``cls`` (its subclasses fall back to their next ancestor)."""
+    _TABLE.pop(cls, None)
+
+
 def handled() -> tuple[type[Exception], ...]:
     """Every exception class with an entry, for registering framework handlers."""
     return tuple(_TABLE)
