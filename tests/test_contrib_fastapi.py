@@ -14,7 +14,7 @@ from solid_objects import Actor, AsyncRef, AsyncRuntime, Ref, Rejected, Runtime,
 from solid_objects.authorization import AuthorizationRequest
 from solid_objects.contrib import fastapi as solid
 from solid_objects.contrib.problems import MEDIA_TYPE, TYPE_BASE
-from solid_objects.errors import UnknownActorType
+from solid_objects.errors import SchemaNotInstalled, UnknownActorType
 
 from .conftest import FAST
 
@@ -223,3 +223,12 @@ def test_the_context_dependency_of_actor_reaches_the_message_policy(db_url: str)
     assert seen == [{"user": "carol"}, {"user": "dave"}]
     names = [p["name"] for p in schema["paths"]["/carts/{cart_id}/items"]["post"]["parameters"]]
     assert sorted(names) == ["cart_id", "x-user"]  # the path parameter is documented
+
+
+def test_a_failed_start_is_the_startup_error_and_the_next_lifespan_works(db_url: str) -> None:
+    runtime = AsyncRuntime(db_url, **FAST)
+    with pytest.raises(SchemaNotInstalled):  # install=False on an empty database
+        with TestClient(shop(runtime, install=False)):
+            pass
+    with TestClient(shop(runtime)) as client:
+        assert client.post("/carts/c1/items", params={"sku": "a"}).json() == 1

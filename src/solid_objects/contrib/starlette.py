@@ -111,8 +111,8 @@ def lifespan(
 
     @asynccontextmanager
     async def run(app: Any) -> AsyncIterator[Mapping[str, Any] | None]:
-        await _start(runtime, install)
         try:
+            await _start(runtime, install)  # a failed start still closes what it opened
             app.state.solid_objects = Integration(runtime, context)
             if wraps is None:
                 yield None
