@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypedDict
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -58,6 +58,29 @@ _MAX_POLL = 0.05
 #: When a worker of this process runs the message its future is resolved directly;
 #: the database is read only as a safety net (the lease may be lost meanwhile).
 _LOCAL_POLL = 0.25
+
+
+class _MessageFields(TypedDict):
+    """The keyword arguments every store enqueue takes (see :meth:`Client._message_fields`)."""
+
+    message_id: str
+    actor_type: str
+    actor_id: str
+    operation: str
+    arguments: str
+    traceparent: str | None
+
+
+class _QueueFields(TypedDict):
+    """What a caller's options add to an enqueue that may wait or be deduplicated."""
+
+    idempotency_key: str | None
+    delay_ms: int
+
+
+def _queue_fields(options: CallOptions) -> _QueueFields:
+    """The options' part of an enqueue, converted the one way the store takes it."""
+    return _QueueFields(idempotency_key=options.idempotency_key, delay_ms=int(options.delay * 1000))
 
 
 class _Poll:
@@ -333,14 +356,8 @@ class Client:
         try:
             enqueued = self.store.enqueue_in(
                 connection,
-                message_id=message_id,
-                actor_type=definition.actor_type,
-                actor_id=actor_id,
-                operation=operation.name,
-                arguments=arguments,
-                idempotency_key=options.idempotency_key,
-                delay_ms=int(options.delay * 1000),
-                traceparent=self.pool.instrument.traceparent(message_id),
+                **self._message_fields(definition, actor_id, operation, message_id, arguments),
+                **_queue_fields(options),
             )
         except BaseException as exc:
             done.set_exception(exc)
@@ -350,6 +367,24 @@ class Client:
         observed(done)
         after_commit(self._committed_elsewhere)
         return enqueued.message.id
+
+    def _message_fields(
+        self,
+        definition: ActorDefinition,
+        actor_id: str,
+        operation: Operation,
+        message_id: str,
+        arguments: str,
+    ) -> _MessageFields:
+        """The fields every enqueue writes, so each path names them the same way once."""
+        return _MessageFields(
+            message_id=message_id,
+            actor_type=definition.actor_type,
+            actor_id=actor_id,
+            operation=operation.name,
+            arguments=arguments,
+            traceparent=self.pool.instrument.traceparent(message_id),
+        )
 
     def _committed_elsewhere(self) -> None:
         """An application transaction holding a message committed: tell the workers."""
@@ -384,34 +419,20 @@ class Client:
             observed = self.pool.instrument.enqueue(
                 definition.actor_type, operation.name, message_id
             )
-        traceparent = self.pool.instrument.traceparent(message_id)
+        fields = self._message_fields(definition, actor_id, operation, message_id, arguments)
 
         def body(tx: Tx) -> Enqueued:
             if held:  # the warm path: no claim to consider, two statements
-                message = self.store.enqueue_to_held(
-                    tx,
-                    message_id=message_id,
-                    actor_type=definition.actor_type,
-                    actor_id=actor_id,
-                    operation=operation.name,
-                    arguments=arguments,
-                    traceparent=traceparent,
-                )
+                message = self.store.enqueue_to_held(tx, **fields)
                 if message is not None:
                     faults.point("enqueue.body")
                     return Enqueued(message, existing=False, claimed=None)
             enqueued = self.store.enqueue(
                 tx,
-                message_id=message_id,
-                actor_type=definition.actor_type,
-                actor_id=actor_id,
-                operation=operation.name,
-                arguments=arguments,
-                idempotency_key=options.idempotency_key,
-                delay_ms=int(options.delay * 1000),
+                **fields,
+                **_queue_fields(options),
                 claim_for=self.pool.owner if claim else None,
                 lease_ms=self.options.lease_ms,
-                traceparent=traceparent,
             )
             faults.point("enqueue.body")
             return enqueued
