@@ -101,13 +101,15 @@ def main() -> None:
         clones = args.actors - 200
         middle, deep = f"m{max(1, clones // 2):07d}", f"m{max(1, clones * 9 // 10):07d}"
         pages = [
-            ("overview (admin status: counts over every row)", "/"),
+            ("overview (status, actors counted up to 10,000)", "/"),
             ("actors of a type, first page", "/actors?type=Meter"),
             ("actors of a type, next page (cursor)", f"/actors?type=Meter&cursor={cursor}"),
             (
                 "actors deep in the id range (cursor)",
                 "/actors?type=Meter&cursor=" + _cursor_after(first, deep),
             ),
+            ("actors by id prefix (m05, 100,000 match)", "/actors?type=Meter&prefix=m05"),
+            ("actors by id prefix, no match", "/actors?type=Meter&prefix=zz"),
             ("one actor", f"/actors/Meter/{middle}"),
             ("one actor with a dead letter", "/actors/Meter/live-000"),
             ("dead letters", "/dead-letters"),
@@ -118,6 +120,14 @@ def main() -> None:
         for name, path in pages:
             median, slowest = measure(client, path, args.loads)
             print(f"{name:<50} {median:>10.1f} {slowest:>10.1f}")
+        ops = runtime.admin.as_principal("ops:bench")
+        times = []
+        for _ in range(args.loads):
+            started = time.perf_counter()
+            ops.status()
+            times.append((time.perf_counter() - started) * 1000)
+        name = "admin.status(), every actor counted (the CLI)"
+        print(f"{name:<50} {statistics.median(times):>10.1f} {max(times):>10.1f}")
     runtime.close()
 
 

@@ -6,6 +6,7 @@ characters, and ids compare by code point on every backend. Runs on every backen
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -29,6 +30,9 @@ class Probe(Actor):
 
     def touch(self) -> None:
         self.seen += 1
+
+    def flaky(self) -> None:
+        raise ConnectionError("down")  # retryable: the actor waits for its retry
 
 
 def _ops(make_runtime: Callable[..., Runtime]) -> Administration:
@@ -94,3 +98,40 @@ def test_upper_bound() -> None:
     assert prefix_upper_bound("a" + MAX) == "b"
     assert prefix_upper_bound(MAX + MAX) is None
     assert prefix_upper_bound("x\ud7ff") == "x\ue000"
+
+
+def test_status_counts_actors_up_to_a_cap_and_the_rest_exactly(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """The overview's ``status(actors_up_to=N)``: the actors of a type counted up to N
+    (``actors_capped`` says there are more), queued/paused/leases as exact as without."""
+    rt = make_runtime(workers=0, retry_base_delay=3600)
+    rt.register(Probe)
+    for i in range(5):
+        rt.ref(Probe, f"p{i}").touch.send()
+    rt.testing.drain()
+    rt.ref(Probe, "p0").touch.send()
+    rt.ref(Probe, "p0").touch.send()
+    rt.ref(Probe, "p1").touch.send()
+    rt.ref(Probe, "p3").flaky.send()
+    rt.ref(Probe, "p3").touch.send()
+    rt.testing.drain()  # p0 and p1 run; p3 fails and waits an hour for its retry
+    rt.ref(Probe, "p0").touch.send()
+    rt.ref(Probe, "p0").touch.send()
+    rt.ref(Probe, "p1").touch.send()
+    rt.admin.set_policy(allow({"ops:*": "*"}))
+    ops = rt.admin.as_principal("ops:alice")
+    ops.pause_actor("Probe", "p2")
+    exact = ops.status()
+    (probe,) = exact.types
+    assert (probe.actors, probe.actors_capped, probe.queued, probe.paused) == (5, False, 5, 1)
+    assert probe.retrying == 1
+    capped = ops.status(actors_up_to=3)
+    (three,) = capped.types
+    assert (three.actors, three.actors_capped) == (3, True)
+    assert (capped.total.actors, capped.total.actors_capped) == (3, True)
+    assert dataclasses.replace(three, actors=5, actors_capped=False) == probe
+    assert ops.status(actors_up_to=5).types[0].actors_capped is False
+    for bad in (0, -1, True, 1.5, "10"):
+        with pytest.raises(InvalidArguments, match="actors_up_to"):
+            ops.status(actors_up_to=bad)  # type: ignore[arg-type]

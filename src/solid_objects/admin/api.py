@@ -47,6 +47,10 @@ if TYPE_CHECKING:
     from ..store.admin import ActorRow
 
 
+#: Counting further than this is what ``actors_up_to`` avoids.
+MAX_ACTORS_UP_TO = 1_000_000_000
+
+
 class Administration(Maintenance, AdminBase):
     """Inspect and repair a runtime's actors; ``runtime.admin``.
 
@@ -58,16 +62,32 @@ class Administration(Maintenance, AdminBase):
 
     # --- status -------------------------------------------------------------------------
 
-    def status(self) -> Status:
-        """Counts per actor type: messages, retries, dead letters, effects, reminders, leases."""
+    def status(self, *, actors_up_to: int | None = None) -> Status:
+        """Counts per actor type: messages, retries, dead letters, effects, reminders, leases.
+
+        ``actors_up_to``: count the actors of each type only up to this many (then
+        ``actors_capped`` is True), so a page refreshed every few seconds does not count
+        a million rows; None (the default) counts them all. Every other count is exact.
+        """
+        if actors_up_to is not None and (
+            isinstance(actors_up_to, bool)
+            or not isinstance(actors_up_to, int)
+            or not 1 <= actors_up_to <= MAX_ACTORS_UP_TO
+        ):
+            raise InvalidArguments(
+                f"actors_up_to must be None or an int from 1 to {MAX_ACTORS_UP_TO}, "
+                f"not {actors_up_to!r}"
+            )
         self._authorize("status")
         store = self._runtime.store
         with store.read() as tx:
-            now, counts = store.status_counts(tx)
+            now, counts = store.status_counts(tx, actors_up_to=actors_up_to)
         total = TypeCounts("*")
         for c in counts:
             for f in dataclasses.fields(TypeCounts):
-                if f.name != "actor_type":
+                if f.name == "actors_capped":
+                    total.actors_capped = total.actors_capped or c.actors_capped
+                elif f.name != "actor_type":
                     setattr(total, f.name, getattr(total, f.name) + getattr(c, f.name))
         return Status(_time(now), [TypeStatus.of(c) for c in counts], TypeStatus.of(total))
 

@@ -276,6 +276,9 @@ class TypeStatus:
     effects_running: int
     effects_dead: int
     reminders: int
+    #: True when ``status(actors_up_to=N)`` stopped counting: there are more than
+    #: ``actors`` (N) actors of the type.
+    actors_capped: bool = False
 
     @classmethod
     def of(cls, counts: TypeCounts) -> TypeStatus:

@@ -211,6 +211,8 @@ class TypeCounts:
     effects_running: int = 0
     effects_dead: int = 0
     reminders: int = 0
+    #: True when there are more actors of the type than ``actors`` (a capped count).
+    actors_capped: bool = False
 
 
 @dataclass(slots=True)
@@ -798,10 +800,18 @@ class AdminStatements:
 
     # --- status ---------------------------------------------------------------------
 
-    def status_counts(self, tx: Tx) -> tuple[int, list[TypeCounts]]:
+    def status_counts(
+        self, tx: Tx, *, actors_up_to: int | None = None
+    ) -> tuple[int, list[TypeCounts]]:
         """Per actor type: actors, queued and scheduled messages, leases, dead letters,
-        effects and reminders. Reads whole tables (the actors and reminders tables, the
-        partial indexes of scheduled and dead messages and of unfinished and dead effects).
+        effects and reminders.
+
+        No aggregate over every actor row: queued and retrying actors are found through
+        the ``ready_at`` index (an actor has queued messages only while ``ready_at`` is
+        set: the claim query depends on the same invariant), leases through the
+        ``lease_owner`` index, the actors of a type counted on the identity index, or
+        only up to ``actors_up_to`` (then ``actors_capped``). ``paused`` has no index and
+        is the one whole-table read left, a plain scan.
         """
         now = int(tx.scalar("SELECT {now}"))
         counts: dict[str, TypeCounts] = {}
@@ -812,19 +822,38 @@ class AdminStatements:
                 found = counts[actor_type] = TypeCounts(actor_type)
             return found
 
-        for r in tx.rows(
-            "SELECT actor_type, COUNT(*), SUM(next_seq - done_seq - 1), "
-            "SUM(CASE WHEN ready_at > :now AND next_seq > done_seq + 1 THEN 1 ELSE 0 END), "
-            "SUM(paused), "
-            "SUM(CASE WHEN lease_owner IS NOT NULL AND lease_expires_at > :now "
-            "THEN 1 ELSE 0 END), "
-            "SUM(CASE WHEN lease_owner IS NOT NULL AND lease_expires_at <= :now "
-            "THEN 1 ELSE 0 END) FROM {actors} GROUP BY actor_type",
-            {"now": now},
+        if actors_up_to is None:
+            for r in tx.rows("SELECT actor_type, COUNT(*) FROM {actors} GROUP BY actor_type"):
+                of(r[0]).actors = int(r[1])
+        else:
+            for actor_type in self._actor_types(tx):
+                c = of(actor_type)
+                c.actors = int(
+                    tx.scalar(
+                        "SELECT COUNT(*) FROM (SELECT 1 FROM {actors} WHERE actor_type = :t "
+                        "LIMIT :over) capped",
+                        {"t": actor_type, "over": actors_up_to + 1},
+                    )
+                )
+                if c.actors > actors_up_to:
+                    c.actors, c.actors_capped = actors_up_to, True
+        for actor_type, queued, ready_at in tx.rows(
+            "SELECT actor_type, next_seq - done_seq - 1, ready_at FROM {actors} "
+            "WHERE pk IN (SELECT pk FROM {actors} WHERE ready_at IS NOT NULL)"
         ):
-            c = of(r[0])
-            c.actors, c.queued, c.retrying, c.paused = (int(v or 0) for v in r[1:5])
-            c.leases_held, c.leases_expired = int(r[5] or 0), int(r[6] or 0)
+            c = of(actor_type)
+            c.queued += int(queued)
+            c.retrying += int(ready_at > now and queued > 0)
+        for actor_type, expires in tx.rows(
+            "SELECT actor_type, lease_expires_at FROM {actors} "
+            "WHERE pk IN (SELECT pk FROM {actors} WHERE lease_owner IS NOT NULL)"
+        ):
+            if expires is not None:
+                c = of(actor_type)
+                c.leases_held += int(expires > now)
+                c.leases_expired += int(expires <= now)
+        for (actor_type,) in tx.rows("SELECT actor_type FROM {actors} WHERE paused = 1"):
+            of(actor_type).paused += 1
         for r in tx.rows(
             "SELECT actor_type, COUNT(*) FROM {messages} WHERE status = 'scheduled' "
             "GROUP BY actor_type"
@@ -846,6 +875,20 @@ class AdminStatements:
         for r in tx.rows("SELECT actor_type, COUNT(*) FROM {reminders} GROUP BY actor_type"):
             of(r[0]).reminders = int(r[1])
         return now, [counts[t] for t in sorted(counts)]
+
+    def _actor_types(self, tx: Tx) -> list[str]:
+        """The distinct actor types, one index seek each (a loose scan of the identity
+        index) instead of reading every row."""
+        types: list[str] = []
+        while True:
+            found = tx.scalar(
+                "SELECT MIN(actor_type) FROM {actors}"
+                + ("" if not types else " WHERE actor_type > :after"),
+                {"after": types[-1] if types else None},
+            )
+            if found is None:
+                return types
+            types.append(str(found))
 
     # --- audit ----------------------------------------------------------------------
 

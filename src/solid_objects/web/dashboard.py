@@ -36,6 +36,8 @@ Principal = Callable[[Request], "str | None"]
 
 HERE = Path(__file__).parent
 #: Rows per page of every listing.
+#: The overview counts the actors of a type up to this many (it refreshes every 5 s).
+OVERVIEW_ACTORS_UP_TO = 10_000
 PAGE_SIZE = 50
 #: Largest form body a mutation accepts (ids of MAX_LIMIT dead letters fit easily).
 MAX_BODY = 256 * 1024
@@ -185,7 +187,8 @@ class _Dashboard:
 
     def overview(self, request: Request) -> Response:
         ops = self.ops(request)
-        return self.render(request, "overview.html", status_data=ops.status())
+        status_data = ops.status(actors_up_to=OVERVIEW_ACTORS_UP_TO)
+        return self.render(request, "overview.html", status_data=status_data)
 
     def actors(self, request: Request) -> Response:
         ops = self.ops(request)
