@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from ..codec import check_identifier
 from ..errors import InvalidArguments, StateMigrationError, Unauthorized
 from .policy import ACTIONS, Action, Policy, deny_all
+from .views import stored_json
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -58,15 +59,6 @@ def _pair(value: Any) -> tuple[int, str]:
     if not (isinstance(value, list) and len(value) == 2):
         raise InvalidArguments("not a valid cursor")
     return int(value[0]), str(value[1])
-
-
-def _stored_json(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def _check_limit(limit: int) -> int:
@@ -205,7 +197,7 @@ class AdminBase:
         try:
             return self._state_as_seen(actor_type, text, version), True
         except (LookupError, StateMigrationError):
-            return _stored_json(text), False
+            return stored_json(text), False
 
     def _ready(self) -> None:
         root = self._root

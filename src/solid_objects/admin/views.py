@@ -24,7 +24,8 @@ def _time(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
 
-def _json(text: str | None) -> Any:
+def stored_json(text: str | None) -> Any:
+    """A stored JSON column as data; text that does not parse is shown as it is."""
     if text is None:
         return None
     try:
@@ -84,9 +85,9 @@ class DeadLetter:
             actor_type=row.actor_type,
             actor_id=row.actor_id,
             operation=row.operation,
-            arguments=_json(row.arguments),
+            arguments=stored_json(row.arguments),
             attempts=row.attempts,
-            error=_json(row.error),
+            error=stored_json(row.error),
             seq=row.seq,
             idempotency_key=row.idempotency_key,
             created_at=_time(row.created_at),
@@ -145,10 +146,10 @@ class MailboxMessage:
             id=row.id,
             seq=row.seq,
             operation=row.operation,
-            arguments=_json(row.arguments),
+            arguments=stored_json(row.arguments),
             status=row.status,
             attempts=row.attempts,
-            error=_json(row.error),
+            error=stored_json(row.error),
             idempotency_key=row.idempotency_key,
             available_at=_time(row.available_at),
             created_at=_time(row.created_at),
@@ -182,8 +183,8 @@ class EffectInfo:
             actor_id=row.actor_id,
             status=row.status,
             attempts=row.attempts,
-            arguments=_json(row.arguments),
-            error=_json(row.error),
+            arguments=stored_json(row.arguments),
+            error=stored_json(row.error),
             source_message_id=row.source_message_id,
             claimed_by=row.claimed_by,
             available_at=_time(row.available_at),
@@ -211,7 +212,7 @@ class ReminderInfo:
         return cls(
             operation=row.operation,
             key=row.key,
-            arguments=_json(row.arguments),
+            arguments=stored_json(row.arguments),
             due_at=_time(row.due_at),
             every_seconds=None if row.every_ms is None else row.every_ms / 1000,
             missed=row.missed,
@@ -339,7 +340,7 @@ class AuditEntry:
             target_id=row.target_id,
             actor_type=row.actor_type,
             actor_id=row.actor_id,
-            detail=_json(row.detail),
+            detail=stored_json(row.detail),
         )
 
 
