@@ -1,4 +1,4 @@
-"""Every SQL statement of the mailbox, lease and commit paths.
+"""The store itself: transactions, and the SQL of the lease and commit paths.
 
 The engine never writes SQL; it calls these methods inside ``write()`` or
 ``read()`` blocks. Each method documents the invariant its statements keep.
@@ -10,31 +10,61 @@ database clock), and the caller checks that exactly one row changed.
 from __future__ import annotations
 
 import hashlib
-import itertools
-import os
 import random
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 
 from .. import deadline
-from ..errors import DatabaseError, IdempotencyConflict, LeaseLost
+from ..errors import DatabaseError, LeaseLost
 from ..staging import Staged
 from . import application, schema
 from .admin import AdminStatements
 from .control import ControlStatements
 from .dialect import Dialect, Tx, dialect_for
+from .mailbox import MailboxStatements
 from .outbox import OutboxStatements
 from .processes import ProcessStatements
 from .retention import RetentionStatements
+from .rows import (
+    MSG_COLS,
+    ActorStatus,
+    Claimed,
+    Committed,
+    Due,
+    Enqueued,
+    Lease,
+    MessageRow,
+    ReadyActor,
+    message_row,
+    new_id,
+    new_owner,
+    new_token,
+    scheduled_message,
+)
 from .writer import GroupWriter, KeyedBatcher
+
+#: The row types and id helpers importers take from here (they now live in ``rows.py``).
+__all__ = [
+    "TERMINAL",
+    "ActorStatus",
+    "Claimed",
+    "Committed",
+    "Due",
+    "Enqueued",
+    "Lease",
+    "MessageRow",
+    "ReadyActor",
+    "Store",
+    "new_id",
+    "new_owner",
+    "new_token",
+]
 
 T = TypeVar("T")
 
@@ -44,182 +74,8 @@ _TRANSIENT_RETRIES = 3
 TERMINAL = frozenset({"completed", "rejected", "dead", "destroyed"})
 
 
-# Ids and fence tokens must be unique, not secret; os.urandom costs ~150 µs per call on
-# some virtual machines, so draw from a generator seeded from it (reseeded after fork).
-_random = random.Random(secrets.randbits(128))
-os.register_at_fork(after_in_child=lambda: _random.seed(secrets.randbits(128)))
-
-
-#: The send order of messages this process sends as ``scheduled`` outside a turn (delayed
-#: calls, reminder firings): one counter for the whole process, so sends from one thread
-#: that become due in the same millisecond enter the mailbox in the order they were made.
-_process_sends = itertools.count(1)
-
-
-def new_id() -> str:
-    """A 32-hex-digit id that sorts by creation time (48-bit ms clock + 80 random bits)."""
-    return f"{int(time.time() * 1000):012x}{_random.getrandbits(80):020x}"
-
-
-def new_token() -> str:
-    return f"{_random.getrandbits(64):016x}"
-
-
-def new_owner() -> str:
-    return f"{os.getpid()}-{new_token()}"
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """The fence of one activation: all four must still match at commit."""
-
-    pk: int
-    owner: str
-    token: str
-    generation: int
-
-
-@dataclass(slots=True)
-class MessageRow:
-    id: str
-    actor_pk: int
-    actor_type: str
-    actor_id: str
-    seq: int | None
-    operation: str
-    arguments: str
-    idempotency_key: str | None
-    status: str
-    attempts: int
-    result: str | None
-    error: str | None
-    available_at: int
-    #: W3C trace context of the span that sent it (tracing carried across processes).
-    traceparent: str | None = None
-
-
-@dataclass(slots=True)
-class Claimed:
-    """An actor whose lease this process now holds, with its committed state and head."""
-
-    lease: Lease
-    actor_type: str
-    actor_id: str
-    state: str | None
-    state_version: int
-    done_seq: int
-    attempt: int
-    head: MessageRow | None
-
-
-@dataclass(slots=True)
-class Enqueued:
-    message: MessageRow
-    existing: bool
-    claimed: Claimed | None
-
-
-@dataclass(slots=True)
-class ReadyActor:
-    pk: int
-    lease_owner: str | None
-    lease_generation: int
-
-
-@dataclass(frozen=True, slots=True)
-class Due:
-    """Milliseconds from now until the earliest work of each kind; None when there is none."""
-
-    actor_backoff: int | None
-    delayed_message: int | None
-    reminder: int | None
-    effect: int | None
-
-
-@dataclass(slots=True)
-class ActorStatus:
-    """What a timed-out caller is waiting on."""
-
-    done_seq: int
-    next_seq: int
-    attempt: int
-    ready_at: int | None
-    lease_owner: str | None
-    lease_expires_at: int | None
-    paused: bool
-    now: int
-
-
-_MSG_COLS = (
-    "id, actor_pk, actor_type, actor_id, seq, operation, arguments, idempotency_key, "
-    "status, attempts, result, error, available_at, traceparent"
-)
-
-
-def _message(row: Sequence[Any], offset: int = 0) -> MessageRow:
-    r = tuple(row)[offset : offset + 14]
-    return MessageRow(
-        id=r[0],
-        actor_pk=int(r[1]),
-        actor_type=r[2],
-        actor_id=r[3],
-        seq=None if r[4] is None else int(r[4]),
-        operation=r[5],
-        arguments=r[6],
-        idempotency_key=r[7],
-        status=r[8],
-        attempts=int(r[9]),
-        result=r[10],
-        error=r[11],
-        available_at=int(r[12]),
-        traceparent=r[13],
-    )
-
-
-@dataclass(slots=True)
-class Committed:
-    """What a turn's commit produced: the next head (if read) and messages it sent.
-
-    ``outbound`` messages are ``scheduled``; those in ``due_now`` should be promoted
-    into their mailboxes right away (see :meth:`Store.enqueue_later`).
-    """
-
-    next_head: MessageRow | None
-    outbound: list[MessageRow]
-    due_now: list[tuple[str, int]]
-
-
-def _scheduled(
-    message_id: str,
-    pk: int,
-    actor_type: str,
-    actor_id: str,
-    operation: str,
-    arguments: str,
-    idempotency_key: str | None,
-    available_at: int,
-    traceparent: str | None = None,
-) -> MessageRow:
-    """A new message, not yet in the ordered mailbox (no sequence number)."""
-    return MessageRow(
-        id=message_id,
-        actor_pk=pk,
-        actor_type=actor_type,
-        actor_id=actor_id,
-        seq=None,
-        operation=operation,
-        arguments=arguments,
-        idempotency_key=idempotency_key,
-        status="scheduled",
-        attempts=0,
-        result=None,
-        error=None,
-        available_at=available_at,
-        traceparent=traceparent,
-    )
-
-
 class Store(
+    MailboxStatements,
     OutboxStatements,
     AdminStatements,
     ControlStatements,
@@ -434,303 +290,6 @@ class Store(
             self._identity = application.identity(self)
         return self._identity
 
-    def _lock_actor(self, tx: Tx, actor_type: str, actor_id: str) -> Any:
-        select = (
-            "SELECT pk, next_seq, done_seq, lease_owner, lease_expires_at, paused, ready_at, "
-            "lease_generation, {now} FROM {actors} "
-            "WHERE actor_type = :t AND actor_id = :i{for_update}"
-        )
-        params = {"t": actor_type, "i": actor_id}
-        row = tx.row(select, params)
-        if row is None:
-            tx.run(self._insert_actor(), params)
-            row = tx.row(select, params)
-        return row
-
-    def enqueue_to_held(
-        self,
-        tx: Tx,
-        *,
-        message_id: str,
-        actor_type: str,
-        actor_id: str,
-        operation: str,
-        arguments: str,
-        traceparent: str | None = None,
-    ) -> MessageRow | None:
-        """Append to the mailbox of an actor this process already holds: two statements.
-
-        No claim is needed, so the sequence number comes from one ``UPDATE ...
-        RETURNING`` (where the database has it). None when the actor row does not
-        exist; the caller then uses :meth:`enqueue`.
-        """
-        row = tx.row(
-            "UPDATE {actors} SET next_seq = next_seq + 1, ready_at = COALESCE(ready_at, {now}) "
-            "WHERE actor_type = :t AND actor_id = :i RETURNING pk, next_seq - 1, {now}",
-            {"t": actor_type, "i": actor_id},
-        )
-        if row is None:
-            return None
-        pk, seq, now = int(row[0]), int(row[1]), int(row[2])
-        message = _scheduled(
-            message_id, pk, actor_type, actor_id, operation, arguments, None, now, traceparent
-        )
-        message.seq, message.status = seq, "queued"
-        self._insert_message(tx, message, now)
-        return message
-
-    def enqueue_later(
-        self,
-        tx: Tx,
-        *,
-        message_id: str,
-        actor_type: str,
-        actor_id: str,
-        operation: str,
-        arguments: str,
-        idempotency_key: str | None,
-        delay_ms: int,
-        traceparent: str | None = None,
-        send_order: int | None = None,
-    ) -> MessageRow:
-        """Insert a message that enters its mailbox when :meth:`promote` moves it there.
-
-        Used inside another actor's commit (``send_to``) and when a reminder fires:
-        it takes no lock on the target actor's row, because taking one there could
-        deadlock with the target's own commit, which holds that row and may be
-        sending back. ``promote`` then runs as its own short transaction.
-        ``send_order`` places it among messages due at the same time (see
-        :meth:`promote`); by default, this process's next send.
-        """
-        select = "SELECT pk, {now} FROM {actors} WHERE actor_type = :t AND actor_id = :i"
-        params = {"t": actor_type, "i": actor_id}
-        row = tx.row(select, params)
-        if row is None:
-            tx.run(self._insert_actor(), params)
-            row = tx.row(select, params)
-        pk, now = int(row[0]), int(row[1])
-        existing = self._keyed_message(tx, pk, idempotency_key)
-        if existing is not None:
-            return existing
-        message = _scheduled(
-            message_id,
-            pk,
-            actor_type,
-            actor_id,
-            operation,
-            arguments,
-            idempotency_key,
-            now + max(delay_ms, 0),
-            traceparent,
-        )
-        order = next(_process_sends) if send_order is None else send_order
-        self._insert_message(tx, message, now, order)
-        return message
-
-    def _keyed_message(self, tx: Tx, pk: int, key: str | None) -> MessageRow | None:
-        """The message already sent to actor ``pk`` with idempotency key ``key``, if any."""
-        if key is None:
-            return None
-        found = tx.row(
-            f"SELECT {_MSG_COLS} FROM {{messages}} WHERE actor_pk = :pk AND idempotency_key = :k",
-            {"pk": pk, "k": key},
-        )
-        return None if found is None else _message(found)
-
-    def _insert_actor(self) -> str:
-        head = {"postgresql": "INSERT INTO", "mysql": "INSERT IGNORE INTO"}.get(
-            self.dialect.name, "INSERT OR IGNORE INTO"
-        )
-        tail = (
-            " ON CONFLICT (actor_type, actor_id) DO NOTHING"
-            if (self.dialect.name == "postgresql")
-            else ""
-        )
-        return (
-            head + " {actors} (actor_type, actor_id, state, created_at, updated_at) "
-            "VALUES (:t, :i, NULL, {now}, {now})" + tail
-        )
-
-    def enqueue(
-        self,
-        tx: Tx,
-        *,
-        message_id: str,
-        actor_type: str,
-        actor_id: str,
-        operation: str,
-        arguments: str,
-        idempotency_key: str | None,
-        delay_ms: int,
-        claim_for: str | None,
-        lease_ms: int,
-        traceparent: str | None = None,
-    ) -> Enqueued:
-        """Append a message to an actor's mailbox (creating the actor row if needed).
-
-        A delayed message is stored as ``scheduled`` with no sequence number: it
-        enters the ordered mailbox only when :meth:`promote` finds it due, so it
-        never blocks messages that are due before it. With ``claim_for`` the same
-        transaction also takes the actor's lease when it is free, so a call to a
-        cold actor costs one write transaction here plus one commit.
-        """
-        row = self._lock_actor(tx, actor_type, actor_id)
-        pk, next_seq, _done_seq, owner, expires, paused, ready_at, generation, now = row
-        pk, now = int(pk), int(now)
-        existing = self._keyed_message(tx, pk, idempotency_key)
-        if existing is not None:
-            if existing.operation != operation or existing.arguments != arguments:
-                raise IdempotencyConflict(
-                    f"idempotency key {idempotency_key!r} of {actor_type} {actor_id!r} was "
-                    f"used for {existing.operation}({existing.arguments}); this call is "
-                    f"{operation}({arguments})"
-                )
-            return Enqueued(existing, existing=True, claimed=None)
-        message = _scheduled(
-            message_id,
-            pk,
-            actor_type,
-            actor_id,
-            operation,
-            arguments,
-            idempotency_key,
-            now + max(delay_ms, 0),
-            traceparent,
-        )
-        lease: Lease | None = None
-        if delay_ms <= 0:
-            message.seq = int(next_seq)
-            message.status = "queued"
-            params: dict[str, Any] = {"seq": next_seq, "now": now, "pk": pk}
-            if (
-                claim_for is not None
-                and not paused
-                and (owner is None or expires <= now)
-                and (ready_at is None or ready_at <= now)
-            ):
-                lease = Lease(pk, claim_for, new_token(), int(generation) + 1)
-                params.update(
-                    owner=lease.owner,
-                    token=lease.token,
-                    gen=lease.generation,
-                    lease_ms=lease_ms,
-                    started=0 if owner == claim_for else 1,  # see claim()
-                )
-                tx.run(
-                    "UPDATE {actors} SET next_seq = :seq + 1, ready_at = :now, "
-                    "lease_owner = :owner, lease_token = :token, lease_generation = :gen, "
-                    "lease_expires_at = :now + :lease_ms, attempt = attempt + :started, "
-                    "updated_at = :now WHERE pk = :pk AND next_seq = :seq",
-                    params,
-                )
-            else:
-                tx.run(
-                    "UPDATE {actors} SET next_seq = :seq + 1, "
-                    "ready_at = COALESCE(ready_at, :now) WHERE pk = :pk AND next_seq = :seq",
-                    params,
-                )
-        self._insert_message(
-            tx, message, now, None if message.seq is not None else next(_process_sends)
-        )
-        if lease is None and (claim_for is None or owner != claim_for):
-            self.notify(tx, "w")  # a worker elsewhere holds it, or will claim it
-        claimed = None if lease is None else self.load_claimed(tx, lease)
-        return Enqueued(message, existing=False, claimed=claimed)
-
-    def _insert_message(
-        self, tx: Tx, m: MessageRow, now: int, send_order: int | None = None
-    ) -> None:
-        tx.run(
-            "INSERT INTO {messages} (id, actor_pk, actor_type, actor_id, seq, operation, "
-            "arguments, idempotency_key, status, available_at, attempts, created_at, traceparent, "
-            "send_order) VALUES (:id, :pk, :t, :i, :seq, :op, :args, :key, :status, :avail, 0, "
-            ":now, :tp, :ord)",
-            {
-                "id": m.id,
-                "pk": m.actor_pk,
-                "t": m.actor_type,
-                "i": m.actor_id,
-                "seq": m.seq,
-                "op": m.operation,
-                "args": m.arguments,
-                "key": m.idempotency_key,
-                "status": m.status,
-                "avail": m.available_at,
-                "now": now,
-                "tp": m.traceparent,
-                "ord": send_order,
-            },
-        )
-
-    def due_scheduled(
-        self, tx: Tx, *, now: int | None = None, limit: int = 100
-    ) -> list[tuple[str, int]]:
-        """Delayed messages whose time has come (``now`` overrides the database clock).
-
-        Which actors have due messages, soonest first: :meth:`promote` then enters
-        each actor's due messages in their own order.
-        """
-        rows = tx.rows(
-            "SELECT id, actor_pk FROM {messages} WHERE status = 'scheduled' "
-            "AND available_at <= COALESCE(:now, {now}) ORDER BY available_at LIMIT :limit",
-            {"now": now, "limit": limit},
-        )
-        return [(r[0], int(r[1])) for r in rows]
-
-    #: Due messages one :meth:`promote` enters into one actor's mailbox at most.
-    PROMOTE_LIMIT = 500
-
-    def promote(self, tx: Tx, due: list[tuple[str, int]], *, now: int | None = None) -> int:
-        """Move the due scheduled messages of the actors in ``due`` into their mailboxes.
-
-        ``due`` names messages known to be due; each one's actor has *all* its due
-        messages entered, in the order rule of the mailbox: by ``available_at``, then
-        ``send_order`` (the sending turn's seq and staging index, or the sending
-        process's counter), then id. The actor row is locked first, so concurrent
-        promoters of one actor take turns, and whichever comes first enters every
-        message due before the one it was asked for: a message never overtakes an
-        earlier one of its sender, whoever delivers it (the worker after the commit,
-        the poller, another process after a crash). ``now`` overrides the clock.
-        """
-        moved = 0
-        for pk in sorted({pk for _, pk in due}):  # one lock order: no deadlock
-            moved += self._promote_actor(tx, pk, now)
-        if moved:
-            self.notify(tx, "w")
-        return moved
-
-    def _promote_actor(self, tx: Tx, pk: int, now: int | None) -> int:
-        seq = tx.scalar("SELECT next_seq FROM {actors} WHERE pk = :pk{for_update}", {"pk": pk})
-        due = [
-            r[0]
-            for r in tx.rows(
-                "SELECT id FROM {messages} WHERE actor_pk = :pk AND seq IS NULL "
-                "AND status = 'scheduled' AND available_at <= COALESCE(:now, {now}) "
-                "ORDER BY available_at, send_order, id LIMIT :limit",
-                {"pk": pk, "now": now, "limit": self.PROMOTE_LIMIT},
-            )
-        ]
-        if seq is None:  # sent while the incarnation was being destroyed
-            for message_id in due:
-                tx.run(
-                    "UPDATE {messages} SET status = 'destroyed' WHERE id = :id", {"id": message_id}
-                )
-            return 0
-        first = next_seq = int(seq)
-        for message_id in due:
-            next_seq += tx.run(
-                "UPDATE {messages} SET status = 'queued', seq = :seq "
-                "WHERE id = :id AND status = 'scheduled'",
-                {"seq": next_seq, "id": message_id},
-            )
-        if next_seq > first:
-            tx.run(
-                "UPDATE {actors} SET next_seq = :next, "
-                "ready_at = COALESCE(ready_at, {now}) WHERE pk = :pk",
-                {"next": next_seq, "pk": pk},
-            )
-        return next_seq - first
-
     # --- claim ------------------------------------------------------------------------
 
     def find_ready(self, tx: Tx, owner: str, limit: int, types: Sequence[str]) -> list[ReadyActor]:
@@ -791,7 +350,7 @@ class Store(
         """The committed state and head message of an actor whose lease we hold."""
         row = tx.row(
             "SELECT a.actor_type, a.actor_id, a.state, a.state_version, a.done_seq, a.attempt, "
-            + ", ".join(f"m.{c.strip()}" for c in _MSG_COLS.split(","))
+            + ", ".join(f"m.{c.strip()}" for c in MSG_COLS.split(","))
             + " FROM {actors} a LEFT JOIN {messages} m "
             "ON m.actor_pk = a.pk AND m.seq = a.done_seq + 1 WHERE a.pk = :pk",
             {"pk": lease.pk},
@@ -806,15 +365,15 @@ class Store(
             state_version=int(row[3]),
             done_seq=int(row[4]),
             attempt=int(row[5]),
-            head=None if row[6] is None else _message(row, 6),
+            head=None if row[6] is None else message_row(row, 6),
         )
 
     def head_message(self, tx: Tx, pk: int, seq: int) -> MessageRow | None:
         row = tx.row(
-            f"SELECT {_MSG_COLS} FROM {{messages}} WHERE actor_pk = :pk AND seq = :seq",
+            f"SELECT {MSG_COLS} FROM {{messages}} WHERE actor_pk = :pk AND seq = :seq",
             {"pk": pk, "seq": seq},
         )
-        return None if row is None else _message(row)
+        return None if row is None else message_row(row)
 
     # --- commit -----------------------------------------------------------------------
 
@@ -1162,8 +721,8 @@ class Store(
     # --- reads for callers --------------------------------------------------------------
 
     def message(self, tx: Tx, message_id: str) -> MessageRow | None:
-        row = tx.row(f"SELECT {_MSG_COLS} FROM {{messages}} WHERE id = :id", {"id": message_id})
-        return None if row is None else _message(row)
+        row = tx.row(f"SELECT {MSG_COLS} FROM {{messages}} WHERE id = :id", {"id": message_id})
+        return None if row is None else message_row(row)
 
     def actor_state(self, tx: Tx, actor_type: str, actor_id: str) -> tuple[str | None, int] | None:
         row = tx.row(
@@ -1227,7 +786,7 @@ class Store(
         if existing is not None:
             return existing
         now = self.now(tx)
-        message = _scheduled(
+        message = scheduled_message(
             message_id, actor_pk, actor_type, actor_id, operation, arguments, idempotency_key, now
         )
         message.status = "destroyed"
