@@ -26,7 +26,10 @@ from ..errors import NotFound, OperationRefused
 from .api import Administration
 from .policy import ACTIONS, READ_ACTIONS, WRITE_ACTIONS, Action, Grants, Policy, allow, deny_all
 from .views import (
+    Activity,
+    ActivityBucket,
     ActorDetail,
+    ActorMessage,
     ActorPause,
     ActorSummary,
     AuditEntry,
@@ -54,7 +57,10 @@ __all__ = [
     "READ_ACTIONS",
     "WRITE_ACTIONS",
     "Action",
+    "Activity",
+    "ActivityBucket",
     "ActorDetail",
+    "ActorMessage",
     "ActorPause",
     "ActorSummary",
     "Administration",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from ..codec import check_identifier
 from ..errors import InvalidArguments, NotFound, OperationRefused
 from ..store.admin import RetryOutcome, TypeCounts
+from ..store.admin_activity import LATENCY_SAMPLE
 from ..store.store import new_id
 from .base import (
     _BATCH,
@@ -25,7 +26,10 @@ from .base import (
 )
 from .maintenance import Maintenance
 from .views import (
+    Activity,
+    ActivityBucket,
     ActorDetail,
+    ActorMessage,
     ActorSummary,
     AuditEntry,
     DeadLetter,
@@ -49,6 +53,21 @@ if TYPE_CHECKING:
 
 #: Counting further than this is what ``actors_up_to`` avoids.
 MAX_ACTORS_UP_TO = 1_000_000_000
+#: ``activity`` looks back at most a week, in at most this many buckets.
+MAX_ACTIVITY_MINUTES = 7 * 24 * 60
+MAX_ACTIVITY_BUCKETS = 1000
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArguments(f"{name} must be an int from {low} to {high}, not {value!r}")
+    return value
+
+
+def _percentile(values: list[int], fraction: float) -> float:
+    """Nearest-rank percentile of sorted ``values`` (not empty)."""
+    rank = max(1, -(-len(values) * fraction // 1))
+    return float(values[int(rank) - 1])
 
 
 class Administration(Maintenance, AdminBase):
@@ -90,6 +109,58 @@ class Administration(Maintenance, AdminBase):
                 elif f.name != "actor_type":
                     setattr(total, f.name, getattr(total, f.name) + getattr(c, f.name))
         return Status(_time(now), [TypeStatus.of(c) for c in counts], TypeStatus.of(total))
+
+    def activity(self, *, since_minutes: int = 60, bucket_seconds: int = 60) -> Activity:
+        """Finished messages over the last ``since_minutes``, per ``bucket_seconds`` bucket.
+
+        Per bucket: completed, rejected, dead-lettered, retried (finished after more
+        than one attempt), and latency of completed messages (``completed_at -
+        created_at``, from send to finish): mean and max exactly, p50/p99 from a sample of at most
+        ``LATENCY_SAMPLE`` completed messages (``latency_sampled`` says when the window
+        held more). Authorized as ``status``: aggregate counts, no actor data. Counts
+        only what retention kept.
+        """
+        _check_int("since_minutes", since_minutes, 1, MAX_ACTIVITY_MINUTES)
+        _check_int("bucket_seconds", bucket_seconds, 1, since_minutes * 60)
+        if since_minutes * 60 // bucket_seconds > MAX_ACTIVITY_BUCKETS:
+            raise InvalidArguments(
+                f"{since_minutes} minutes in {bucket_seconds} s buckets is more than "
+                f"{MAX_ACTIVITY_BUCKETS} buckets"
+            )
+        self._authorize("status", since_minutes=since_minutes, bucket_seconds=bucket_seconds)
+        bucket_ms = bucket_seconds * 1000
+        store = self._runtime.store
+        with store.read() as tx:
+            now = store.now(tx)
+            # Whole buckets, the last one holding now: the chart's x axis is stable.
+            end = now - now % bucket_ms + bucket_ms
+            since = max(0, end - -(-since_minutes * 60_000 // bucket_ms) * bucket_ms)
+            rows = store.activity_counts(tx, since=since, bucket_ms=bucket_ms)
+            sample = store.latency_sample(tx, since=since, limit=LATENCY_SAMPLE + 1)
+        counts = {c.start: c for c in rows}
+        sampled = len(sample) > LATENCY_SAMPLE
+        latencies: dict[int, list[int]] = {}
+        for completed_at, latency in sample[:LATENCY_SAMPLE]:
+            start = completed_at - (completed_at - since) % bucket_ms
+            latencies.setdefault(start, []).append(latency)
+        buckets = []
+        for start in range(since, end, bucket_ms):
+            c = counts.get(start)
+            lat = sorted(latencies.get(start, []))
+            buckets.append(
+                ActivityBucket(
+                    start=_time(start),
+                    completed=c.completed if c else 0,
+                    rejected=c.rejected if c else 0,
+                    dead=c.dead if c else 0,
+                    retried=c.retried if c else 0,
+                    latency_mean_ms=c.latency_sum_ms / c.completed if c and c.completed else None,
+                    latency_max_ms=c.latency_max_ms if c and c.completed else None,
+                    latency_p50_ms=_percentile(lat, 0.5) if lat else None,
+                    latency_p99_ms=_percentile(lat, 0.99) if lat else None,
+                )
+            )
+        return Activity(_time(now), _time(since), bucket_seconds, buckets, sampled, LATENCY_SAMPLE)
 
     # --- dead letters -------------------------------------------------------------------
 
@@ -383,6 +454,32 @@ class Administration(Maintenance, AdminBase):
             open_dead_letters=dead,
             now=_time(now),
         )
+
+    def actor_messages(
+        self, actor_type: str, actor_id: str, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[ActorMessage]:
+        """Messages of an actor's current incarnation, newest first: queued, running, finished.
+
+        Keyset-paged by mailbox seq. Finished messages pruned by retention are gone;
+        delayed messages not yet in the mailbox are in ``inspect_actor().scheduled``.
+        Authorized as ``actors.inspect``: the same data the actor's detail shows.
+        """
+        check_identifier(actor_type, what="actor type")
+        check_identifier(actor_id, what="actor id")
+        _check_limit(limit)
+        after = _decode_cursor(cursor, "actor_messages")
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int)):
+            raise InvalidArguments("not a valid cursor")
+        self._authorize("actors.inspect", actor_type=actor_type, actor_id=actor_id)
+        store = self._runtime.store
+        with store.read() as tx:
+            now = store.now(tx)
+            row = store.actor_row(tx, actor_type, actor_id)
+            if row is None:
+                raise NotFound(f"no actor {actor_type} {actor_id!r} (never called, or destroyed)")
+            rows = store.actor_messages(tx, row.pk, before=after, limit=limit + 1)
+        rows, next_cursor = _page(rows, limit, "actor_messages", lambda last: last.seq)
+        return Page([ActorMessage.of(r) for r in rows], next_cursor, _time(now))
 
     # --- effects ------------------------------------------------------------------------
 

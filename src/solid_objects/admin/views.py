@@ -17,8 +17,10 @@ from ..store.admin import (
     ReminderAdminRow,
     TypeCounts,
 )
+from ..store.admin_activity import ActorMessageRow
 
 T = TypeVar("T")
+
 
 def _time(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
@@ -411,3 +413,69 @@ class Orphans:
     reminders: int
     #: Pending or running effects (they still run; listed for awareness).
     effects: int
+
+
+@dataclass(frozen=True)
+class ActorMessage:
+    """A message of an actor's history (``actor_messages``): queued, running or finished."""
+
+    id: str
+    seq: int | None
+    operation: str
+    arguments: Any
+    #: queued | running | completed | rejected | dead | destroyed
+    status: str
+    attempts: int
+    error: Any
+    created_at: datetime | None
+    completed_at: datetime | None
+
+    @classmethod
+    def of(cls, row: ActorMessageRow) -> ActorMessage:
+        return cls(
+            id=row.id,
+            seq=row.seq,
+            operation=row.operation,
+            arguments=stored_json(row.arguments),
+            status=row.status,
+            attempts=row.attempts,
+            error=stored_json(row.error),
+            created_at=_time(row.created_at),
+            completed_at=_time(row.completed_at),
+        )
+
+
+@dataclass(frozen=True)
+class ActivityBucket:
+    """Messages that finished in ``[start, start + bucket_seconds)``."""
+
+    start: datetime | None
+    completed: int
+    #: Answered with ``Rejected`` (a business refusal, not a failure).
+    rejected: int
+    dead: int
+    #: Finished (any outcome) after more than one attempt.
+    retried: int
+    #: Exact, over every completed message of the bucket (None: none completed).
+    latency_mean_ms: float | None
+    latency_max_ms: int | None
+    #: From the bounded sample (see ``Activity.latency_sampled``); None: not in it.
+    latency_p50_ms: float | None
+    latency_p99_ms: float | None
+
+
+@dataclass(frozen=True)
+class Activity:
+    """Finished messages over time (``activity``), oldest bucket first, every bucket listed.
+
+    Counts only what retention kept: pruned messages no longer count.
+    """
+
+    now: datetime | None
+    since: datetime | None
+    bucket_seconds: int
+    buckets: list[ActivityBucket]
+    #: True when more messages completed than the percentile sample holds
+    #: (``sample_size``): p50/p99 then describe the sample the database returned.
+    latency_sampled: bool
+    sample_size: int

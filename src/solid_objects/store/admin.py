@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import BigInteger, Column, Index, MetaData, String, Table, Text, text
 
+from .admin_activity import ActivityStatements
 from .dialect import Dialect, Tx
 
 if TYPE_CHECKING:
@@ -399,7 +400,7 @@ def _audit(r: Sequence[Any]) -> AuditRow:
     )
 
 
-class AdminStatements:
+class AdminStatements(ActivityStatements):
     """Mixin: needs ``prefix``, ``dialect``, ``engine``, ``enqueue`` and ``notify`` of Store."""
 
     prefix: str
