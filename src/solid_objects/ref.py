@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
 
 from . import staging
 from .codec import MAX_DELAY_SECONDS, check_identifier
@@ -20,12 +20,19 @@ from .definition import ActorDefinition, Operation
 from .errors import InvalidArguments, UnknownOperation
 
 if TYPE_CHECKING:
-    from .runtime import AsyncRuntime, Runtime
+    from .engine.client import Client
+
+    # Named in the faces' quoted base classes (``_Message["Runtime"]``), which ruff cannot see.
+    from .runtime import AsyncRuntime, Runtime  # noqa: F401
 
 A = TypeVar("A")
 P = ParamSpec("P")
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
+#: The runtime a face's objects belong to (``Runtime`` or ``AsyncRuntime``).
+RT = TypeVar("RT")
+#: The reference an operation handle calls through (``Ref`` or ``AsyncRef``).
+RefT = TypeVar("RefT")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,20 +132,34 @@ def operation_of(definition: ActorDefinition, method: Callable[..., Any]) -> Ope
     return operation
 
 
-# --- sync face -----------------------------------------------------------------------------
+def _refuse_call(engine: Client, actor_type: str, operation: Operation) -> None:
+    """A waiting call is refused inside a turn and inside an open application transaction."""
+    refuse_inside_turn(f"calling {actor_type}.{operation.name}()")
+    engine.transactions.refuse(f"calling {actor_type}.{operation.name}()")
 
 
-class MessageReference(Generic[R_co]):
-    """A durable message: poll it, read its outcome, or wait for it.
+def _refuse_send(
+    engine: Client, actor_type: str, operation: Operation, options: CallOptions
+) -> None:
+    """What both faces check before ``send()``: a query never enters the mailbox."""
+    if operation.is_query:
+        raise UnknownOperation(
+            f"{operation.name} is a query: call it directly, it does not enter the mailbox"
+        )
+    refuse_inside_turn(f"sending {actor_type}.{operation.name}()")
+    if options.connection is None:  # with one, the send writes in that transaction
+        engine.transactions.refuse(f"sending {actor_type}.{operation.name}()")
 
-    ``status()``, ``result()`` and ``wait()`` check that the stored message is this
-    reference's (actor type, actor id, operation) and ask ``authorize_message`` again,
-    with the stored arguments and this reference's ``authorization`` context.
-    """
+
+# --- what both faces share (one engine, two faces) -----------------------------------------
+
+
+class _Message(Generic[RT]):
+    """Which message a reference names, and the context it is read with."""
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: RT,
         id: str,
         operation: Operation,
         actor_type: str,
@@ -161,9 +182,9 @@ class MessageReference(Generic[R_co]):
     def operation(self) -> str:
         return self._operation.name
 
-    def with_options(self, *, authorization: Any = None) -> MessageReference[R_co]:
+    def with_options(self, *, authorization: Any = None) -> Self:
         """This reference, read with another authorization context."""
-        return MessageReference(
+        return type(self)(
             self._runtime,
             self.id,
             self._operation,
@@ -171,6 +192,82 @@ class MessageReference(Generic[R_co]):
             self.actor_id,
             authorization=self.authorization if authorization is None else authorization,
         )
+
+
+class _Handle(Generic[RefT]):
+    """One operation of a reference, with the per-call options given so far."""
+
+    def __init__(self, ref: RefT, operation: Operation, options: CallOptions) -> None:
+        self._ref = ref
+        self._operation = operation
+        self._options = options
+
+    def with_options(
+        self,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | timedelta | None = None,
+        delay: float | timedelta | None = None,
+        authorization: Any = None,
+        connection: Any = None,
+    ) -> Self:
+        """Per-call options; ``connection=`` makes ``send()`` enqueue in that transaction."""
+        return type(self)(
+            self._ref,
+            self._operation,
+            self._options.merge(idempotency_key, timeout, delay, authorization, connection),
+        )
+
+
+class _Actor(Generic[RT, A]):
+    """Which actor identity a reference addresses, and its default call options."""
+
+    def __init__(
+        self,
+        runtime: RT,
+        definition: ActorDefinition,
+        actor_id: str,
+        options: CallOptions | None = None,
+    ) -> None:
+        self._runtime = runtime
+        self._definition = definition
+        self._options = options or CallOptions()
+        self.actor_id = check_identifier(actor_id)
+
+    @property
+    def actor_type(self) -> str:
+        return self._definition.actor_type
+
+    @property
+    def actor_class(self) -> type[A]:
+        return self._definition.cls
+
+    def with_options(
+        self,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | timedelta | None = None,
+        delay: float | timedelta | None = None,
+        authorization: Any = None,
+    ) -> Self:
+        return type(self)(
+            self._runtime,
+            self._definition,
+            self.actor_id,
+            self._options.merge(idempotency_key, timeout, delay, authorization),
+        )
+
+
+# --- sync face -----------------------------------------------------------------------------
+
+
+class MessageReference(_Message["Runtime"], Generic[R_co]):
+    """A durable message: poll it, read its outcome, or wait for it.
+
+    ``status()``, ``result()`` and ``wait()`` check that the stored message is this
+    reference's (actor type, actor id, operation) and ask ``authorize_message`` again,
+    with the stored arguments and this reference's ``authorization`` context.
+    """
 
     def status(self) -> str:
         """``scheduled``, ``queued``, ``completed``, ``rejected``, ``dead`` or ``destroyed``
@@ -189,13 +286,8 @@ class MessageReference(Generic[R_co]):
         return f"<MessageReference {self.id} {self.actor_type}({self.actor_id!r}).{self.operation}>"
 
 
-class OperationHandle:
+class OperationHandle(_Handle["Ref[Any]"]):
     """``ref.add``: call it to wait for the result, or ``.send(...)`` to enqueue."""
-
-    def __init__(self, ref: Ref[Any], operation: Operation, options: CallOptions) -> None:
-        self._ref = ref
-        self._operation = operation
-        self._options = options
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._ref._invoke(self._operation, args, kwargs, self._options)
@@ -203,65 +295,14 @@ class OperationHandle:
     def send(self, *args: Any, **kwargs: Any) -> MessageReference[Any]:
         return self._ref._send(self._operation, args, kwargs, self._options)
 
-    def with_options(
-        self,
-        *,
-        idempotency_key: str | None = None,
-        timeout: float | timedelta | None = None,
-        delay: float | timedelta | None = None,
-        authorization: Any = None,
-        connection: Any = None,
-    ) -> OperationHandle:
-        """Per-call options; ``connection=`` makes ``send()`` enqueue in that transaction."""
-        return OperationHandle(
-            self._ref,
-            self._operation,
-            self._options.merge(idempotency_key, timeout, delay, authorization, connection),
-        )
 
-
-class Ref(Generic[A]):
+class Ref(_Actor["Runtime", A]):
     """A reference to one actor identity: ``runtime.ref(Counter, "a")``."""
-
-    def __init__(
-        self,
-        runtime: Runtime,
-        definition: ActorDefinition,
-        actor_id: str,
-        options: CallOptions | None = None,
-    ) -> None:
-        self._runtime = runtime
-        self._definition = definition
-        self._options = options or CallOptions()
-        self.actor_id = check_identifier(actor_id)
-
-    @property
-    def actor_type(self) -> str:
-        return self._definition.actor_type
-
-    @property
-    def actor_class(self) -> type[A]:
-        return self._definition.cls
 
     def __getattr__(self, name: str) -> OperationHandle:
         if name.startswith("__"):
             raise AttributeError(name)
         return OperationHandle(self, resolve_operation(self._definition, name), self._options)
-
-    def with_options(
-        self,
-        *,
-        idempotency_key: str | None = None,
-        timeout: float | timedelta | None = None,
-        delay: float | timedelta | None = None,
-        authorization: Any = None,
-    ) -> Ref[A]:
-        return Ref(
-            self._runtime,
-            self._definition,
-            self.actor_id,
-            self._options.merge(idempotency_key, timeout, delay, authorization),
-        )
 
     @overload
     def call(
@@ -328,10 +369,7 @@ class Ref(Generic[A]):
                 kwargs,
                 context=options.authorization,
             )
-        refuse_inside_turn(f"calling {self.actor_type}.{operation.name}()")
-        self._runtime._engine.transactions.refuse(
-            f"calling {self.actor_type}.{operation.name}()"
-        )
+        _refuse_call(engine, self.actor_type, operation)
         engine.require_workers()
         deadline = engine.deadline_for(options.timeout)  # the timeout bounds the whole call
         message_id = engine.start_call(
@@ -355,15 +393,7 @@ class Ref(Generic[A]):
         kwargs: dict[str, Any],
         options: CallOptions,
     ) -> MessageReference[Any]:
-        if operation.is_query:
-            raise UnknownOperation(
-                f"{operation.name} is a query: call it directly, it does not enter the mailbox"
-            )
-        refuse_inside_turn(f"sending {self.actor_type}.{operation.name}()")
-        if options.connection is None:  # with one, the send writes in that transaction
-            self._runtime._engine.transactions.refuse(
-                f"sending {self.actor_type}.{operation.name}()"
-            )
+        _refuse_send(self._runtime._engine, self.actor_type, operation, options)
         message_id = self._runtime._engine.send(
             self._definition, self.actor_id, operation, args, kwargs, options
         )
@@ -384,42 +414,8 @@ class Ref(Generic[A]):
 # --- async face ----------------------------------------------------------------------------
 
 
-class AsyncMessageReference(Generic[R_co]):
+class AsyncMessageReference(_Message["AsyncRuntime"], Generic[R_co]):
     """The asyncio twin of :class:`MessageReference`."""
-
-    def __init__(
-        self,
-        runtime: AsyncRuntime,
-        id: str,
-        operation: Operation,
-        actor_type: str,
-        actor_id: str,
-        *,
-        authorization: Any = None,
-        verified: bool = False,
-    ) -> None:
-        self._runtime = runtime
-        self._operation = operation
-        self.id = id
-        self.actor_type = actor_type
-        self.actor_id = actor_id
-        self.authorization = authorization
-        self.verified = verified
-
-    @property
-    def operation(self) -> str:
-        return self._operation.name
-
-    def with_options(self, *, authorization: Any = None) -> AsyncMessageReference[R_co]:
-        """This reference, read with another authorization context."""
-        return AsyncMessageReference(
-            self._runtime,
-            self.id,
-            self._operation,
-            self.actor_type,
-            self.actor_id,
-            authorization=self.authorization if authorization is None else authorization,
-        )
 
     def _sync(self) -> MessageReference[R_co]:
         return MessageReference(
@@ -448,11 +444,8 @@ class AsyncMessageReference(Generic[R_co]):
         )
 
 
-class AsyncOperationHandle:
-    def __init__(self, ref: AsyncRef[Any], operation: Operation, options: CallOptions) -> None:
-        self._ref = ref
-        self._operation = operation
-        self._options = options
+class AsyncOperationHandle(_Handle["AsyncRef[Any]"]):
+    """The asyncio twin of :class:`OperationHandle`."""
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return await self._ref._invoke(self._operation, args, kwargs, self._options)
@@ -460,65 +453,14 @@ class AsyncOperationHandle:
     async def send(self, *args: Any, **kwargs: Any) -> AsyncMessageReference[Any]:
         return await self._ref._send(self._operation, args, kwargs, self._options)
 
-    def with_options(
-        self,
-        *,
-        idempotency_key: str | None = None,
-        timeout: float | timedelta | None = None,
-        delay: float | timedelta | None = None,
-        authorization: Any = None,
-        connection: Any = None,
-    ) -> AsyncOperationHandle:
-        """Per-call options; ``connection=`` makes ``send()`` enqueue in that transaction."""
-        return AsyncOperationHandle(
-            self._ref,
-            self._operation,
-            self._options.merge(idempotency_key, timeout, delay, authorization, connection),
-        )
 
-
-class AsyncRef(Generic[A]):
+class AsyncRef(_Actor["AsyncRuntime", A]):
     """The asyncio twin of :class:`Ref`: ``await ref.add(n=1)``."""
-
-    def __init__(
-        self,
-        runtime: AsyncRuntime,
-        definition: ActorDefinition,
-        actor_id: str,
-        options: CallOptions | None = None,
-    ) -> None:
-        self._runtime = runtime
-        self._definition = definition
-        self._options = options or CallOptions()
-        self.actor_id = check_identifier(actor_id)
-
-    @property
-    def actor_type(self) -> str:
-        return self._definition.actor_type
-
-    @property
-    def actor_class(self) -> type[A]:
-        return self._definition.cls
 
     def __getattr__(self, name: str) -> AsyncOperationHandle:
         if name.startswith("__"):
             raise AttributeError(name)
         return AsyncOperationHandle(self, resolve_operation(self._definition, name), self._options)
-
-    def with_options(
-        self,
-        *,
-        idempotency_key: str | None = None,
-        timeout: float | timedelta | None = None,
-        delay: float | timedelta | None = None,
-        authorization: Any = None,
-    ) -> AsyncRef[A]:
-        return AsyncRef(
-            self._runtime,
-            self._definition,
-            self.actor_id,
-            self._options.merge(idempotency_key, timeout, delay, authorization),
-        )
 
     @overload
     async def call(
@@ -588,10 +530,7 @@ class AsyncRef(Generic[A]):
                 context=options.authorization,
             )
         # Checked here, on the turn's own thread: the engine runs in an executor thread.
-        refuse_inside_turn(f"calling {self.actor_type}.{operation.name}()")
-        self._runtime.sync._engine.transactions.refuse(
-            f"calling {self.actor_type}.{operation.name}()"
-        )
+        _refuse_call(engine, self.actor_type, operation)
         engine.require_workers()
         deadline = engine.deadline_for(options.timeout)  # the timeout bounds the whole call
         message_id = await self._runtime._run(
@@ -622,16 +561,8 @@ class AsyncRef(Generic[A]):
         kwargs: dict[str, Any],
         options: CallOptions,
     ) -> AsyncMessageReference[Any]:
-        if operation.is_query:
-            raise UnknownOperation(
-                f"{operation.name} is a query: call it directly, it does not enter the mailbox"
-            )
-        refuse_inside_turn(f"sending {self.actor_type}.{operation.name}()")
-        if options.connection is None:  # with one, the send writes in that transaction
-            self._runtime.sync._engine.transactions.refuse(
-                f"sending {self.actor_type}.{operation.name}()"
-            )
         engine = self._runtime.sync._engine
+        _refuse_send(engine, self.actor_type, operation, options)
         message_id = await self._runtime._run(
             engine.send, self._definition, self.actor_id, operation, args, kwargs, options
         )
