@@ -1,10 +1,10 @@
-"""The store itself: transactions, and the SQL of the lease and commit paths.
+"""The store itself: transactions, and the SQL of claiming and holding leases.
 
 The engine never writes SQL; it calls these methods inside ``write()`` or
 ``read()`` blocks. Each method documents the invariant its statements keep.
-The central one: a turn's writes are fenced by the activation lease *inside*
-the writing ``UPDATE`` (owner, token, generation and expiry compared with the
-database clock), and the caller checks that exactly one row changed.
+The statements of other concerns are mixins, one module each: the mailbox
+(``mailbox.py``), a turn's fenced commit (``turns.py``), the outbox, admin,
+control, processes and retention.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine
 
 from .. import deadline
-from ..errors import DatabaseError, LeaseLost
-from ..staging import Staged
+from ..errors import DatabaseError
 from . import application, schema
 from .admin import AdminStatements
 from .control import ControlStatements
@@ -47,6 +46,7 @@ from .rows import (
     new_token,
     scheduled_message,
 )
+from .turns import TurnStatements
 from .writer import GroupWriter, KeyedBatcher
 
 #: The row types and id helpers importers take from here (they now live in ``rows.py``).
@@ -81,6 +81,7 @@ class Store(
     ControlStatements,
     ProcessStatements,
     RetentionStatements,
+    TurnStatements,
 ):
     """The database side of Solid Objects, for one engine and table prefix."""
 
@@ -375,301 +376,7 @@ class Store(
         )
         return None if row is None else message_row(row)
 
-    # --- commit -----------------------------------------------------------------------
-
-    _FENCE = (
-        "pk = :pk AND lease_owner = :owner AND lease_token = :token "
-        "AND lease_generation = :gen AND lease_expires_at > {now} AND done_seq = :seq - 1"
-    )
-
-    @staticmethod
-    def _fence_params(lease: Lease, seq: int, **extra: Any) -> dict[str, Any]:
-        return {
-            "pk": lease.pk,
-            "owner": lease.owner,
-            "token": lease.token,
-            "gen": lease.generation,
-            "seq": seq,
-            **extra,
-        }
-
-    def finish_turn(
-        self,
-        tx: Tx,
-        lease: Lease,
-        message: MessageRow,
-        *,
-        status: str,
-        state: str | None,
-        state_version: int,
-        result: str | None,
-        error: str | None,
-        attempt: int,
-        lease_ms: int,
-        read_next: bool = True,
-        staged: Staged | None = None,
-        notify_done: bool = False,
-        traceparent: str | None = None,
-        direct: bool = False,
-    ) -> Committed:
-        """Commit the head message's outcome, fenced; return the next head, if any.
-
-        ``status`` is completed, rejected or dead; ``state`` is None when the state
-        must not change. The fence is the WHERE clause of the first UPDATE: if the
-        lease was lost, zero rows change and :class:`LeaseLost` rolls everything back.
-        The same statement renews the lease, so a busy actor needs no separate renewal.
-        ``read_next=False`` skips reading the next head when the caller already has it.
-        ``staged`` (effects, reminders, messages) is written in the same transaction.
-        ``notify_done`` tells a caller waiting in another process (PostgreSQL).
-
-        ``direct`` commits a message that was never enqueued (see
-        ``WorkerPool.run_here``): the same statement also appends it to the mailbox,
-        fenced on the mailbox being empty, and the message row is inserted finished.
-        """
-        assert message.seq is not None
-        changed = tx.run(
-            self._finish_update(write_state=state is not None, direct=direct),
-            self._fence_params(
-                lease, message.seq, state=state, sv=state_version, lease_ms=lease_ms
-            ),
-        )
-        if changed != 1:
-            raise LeaseLost(
-                f"lease on {message.actor_type} {message.actor_id!r} was lost before the commit "
-                f"of message {message.id}" + (" (or its mailbox was not empty)" if direct else "")
-            )
-        if direct:
-            self._insert_direct(tx, message, status, attempt, result, error)
-        else:
-            tx.run(
-                "UPDATE {messages} SET status = :status, result = :result, error = :error, "
-                "attempts = :attempt, completed_at = {now} WHERE id = :id",
-                {
-                    "status": status,
-                    "result": result,
-                    "error": error,
-                    "attempt": attempt,
-                    "id": message.id,
-                },
-            )
-        outbound = (
-            self.write_staged(
-                tx,
-                actor_pk=lease.pk,
-                actor_type=message.actor_type,
-                actor_id=message.actor_id,
-                source_message_id=message.id,
-                source_seq=message.seq,
-                staged=staged,
-                new_id=new_id,
-                traceparent=traceparent,
-            )
-            if staged
-            else []
-        )
-        if notify_done:
-            self.notify(tx, f"d:{message.id}")
-        head = self.head_message(tx, lease.pk, message.seq + 1) if read_next else None
-        due_now = [
-            (m.id, m.actor_pk)
-            for m, sent in zip(outbound, staged.messages if staged else [], strict=True)
-            if m.status == "scheduled" and sent.delay_ms <= 0
-        ]
-        return Committed(head, outbound, due_now)
-
-    def finish_direct(
-        self,
-        lease: Lease,
-        message: MessageRow,
-        *,
-        status: str,
-        state: str | None,
-        state_version: int,
-        result: str | None,
-        error: str | None,
-        lease_ms: int,
-    ) -> None:
-        """``finish_turn(..., direct=True)`` of a turn that staged nothing, as one
-        statement that is its own transaction (``Dialect.writable_cte``).
-
-        One round trip instead of BEGIN, UPDATE, INSERT and COMMIT: the ``INSERT``
-        reads the fenced ``UPDATE``'s ``RETURNING``, so a refused fence writes nothing
-        and :class:`LeaseLost` is raised.
-        """
-        assert message.seq is not None
-        params = self._fence_params(
-            lease,
-            message.seq,
-            state=state,
-            sv=state_version,
-            lease_ms=lease_ms,
-            id=message.id,
-            t=message.actor_type,
-            i=message.actor_id,
-            op=message.operation,
-            args=message.arguments,
-            status=status,
-            result=result,
-            error=error,
-            tp=message.traceparent,
-            attempt=1,
-        )
-        statement = (
-            "WITH turn AS ("
-            + self._finish_update(write_state=state is not None, direct=True)
-            + " RETURNING pk) INSERT INTO {messages} ("
-            + self._FINISHED_COLUMNS
-            + ") SELECT "
-            + self._finished_values(actor_pk="pk", completed="{now}")
-            + " FROM turn"
-        )
-        changed = self._retrying(lambda tx: tx.run(statement, params), self.dialect.statement)
-        if changed != 1:
-            raise LeaseLost(
-                f"lease on {message.actor_type} {message.actor_id!r} was lost, or its "
-                f"mailbox was not empty, before the commit of message {message.id}"
-            )
-
-    def retry_later(
-        self,
-        tx: Tx,
-        lease: Lease,
-        message: MessageRow,
-        *,
-        error: str,
-        attempt: int,
-        delay_ms: int,
-        direct: bool = False,
-    ) -> None:
-        """Record a retryable failure: release the lease and hold the mailbox until later.
-
-        The message stays at the head, so nothing behind it runs before it
-        succeeds or becomes a dead letter (strict per-identity order). ``direct``:
-        as in :meth:`finish_turn`, the message is appended here, as the head.
-        """
-        assert message.seq is not None
-        changed = self._hold_back(tx, lease, message, attempt, delay_ms, direct, self._FENCE)
-        if changed != 1:
-            raise LeaseLost(f"lease lost before recording the failure of message {message.id}")
-        if direct:
-            self._insert_direct(tx, message, "queued", attempt, None, error)
-            return
-        self._record_attempt(tx, message, attempt, error)
-
-    def record_overrun(
-        self, tx: Tx, lease: Lease, message: MessageRow, *, error: str, attempt: int, delay_ms: int
-    ) -> bool:
-        """After a turn's commit was refused: if the lease merely *expired* (nobody
-        claimed the actor since), count the turn as a failed attempt and back off, as
-        :meth:`retry_later` does. A turn that outlasts its lease every time thus ends as
-        a dead letter instead of running forever. False when another holder took over
-        (its claim counted the start)."""
-        assert message.seq is not None
-        if self._hold_back(tx, lease, message, attempt, delay_ms, False, self._EXPIRED) != 1:
-            return False
-        self._record_attempt(tx, message, attempt, error)
-        return True
-
-    #: The fence of a lease that is still ours but has expired: no one claimed it since.
-    _EXPIRED = _FENCE.replace("lease_expires_at > {now}", "lease_expires_at <= {now}")
-
-    def _hold_back(
-        self,
-        tx: Tx,
-        lease: Lease,
-        message: MessageRow,
-        attempt: int,
-        delay_ms: int,
-        direct: bool,
-        fence: str,
-    ) -> int:
-        """Give the lease up and keep the head message back for ``delay_ms``."""
-        assert message.seq is not None
-        return tx.run(
-            "UPDATE {actors} SET lease_owner = NULL, lease_token = NULL, "
-            "lease_expires_at = NULL, ready_at = {now} + :delay_ms, updated_at = {now}, "
-            # the starts so far: a claim adds the next one (a warm start was not counted)
-            "attempt = :attempt"
-            + (self._DIRECT_SET if direct else "")
-            + " WHERE "
-            + fence
-            + (self._DIRECT_FENCE if direct else ""),
-            self._fence_params(lease, message.seq, delay_ms=delay_ms, attempt=attempt),
-        )
-
-    def _record_attempt(self, tx: Tx, message: MessageRow, attempt: int, error: str) -> None:
-        tx.run(
-            "UPDATE {messages} SET attempts = :attempt, error = :error WHERE id = :id",
-            {"attempt": attempt, "error": error, "id": message.id},
-        )
-
-    def _finish_update(self, *, write_state: bool, direct: bool) -> str:
-        """The fenced UPDATE that commits a turn and renews the lease (``finish_turn``)."""
-        return (
-            "UPDATE {actors} SET "
-            + ("state = :state, state_version = :sv, " if write_state else "")
-            + "done_seq = :seq, "
-            "attempt = CASE WHEN next_seq > :seq + 1 THEN 1 ELSE 0 END, "
-            "ready_at = CASE WHEN next_seq > :seq + 1 THEN {now} ELSE NULL END, "
-            "lease_expires_at = {now} + :lease_ms, updated_at = {now}"
-            + (self._DIRECT_SET if direct else "")
-            + " WHERE "
-            + self._FENCE
-            + (self._DIRECT_FENCE if direct else "")
-        )
-
-    #: The columns of a message row written by the turn that ran it.
-    _FINISHED_COLUMNS = (
-        "id, actor_pk, actor_type, actor_id, seq, operation, arguments, status, "
-        "available_at, attempts, result, error, created_at, completed_at, traceparent"
-    )
-
-    @staticmethod
-    def _finished_values(*, actor_pk: str, completed: str) -> str:
-        return (
-            f":id, {actor_pk}, :t, :i, :seq, :op, :args, :status, {{now}}, :attempt, "
-            f":result, :error, {{now}}, {completed}, :tp"
-        )
-
-    #: A direct commit appends its message to the mailbox in the fenced UPDATE itself
-    #: (last in SET: MySQL evaluates assignments left to right)...
-    _DIRECT_SET = ", next_seq = :seq + 1"
-    #: ... and only if the mailbox was empty, so no queued message is overtaken.
-    _DIRECT_FENCE = " AND next_seq = :seq"
-
-    def _insert_direct(
-        self,
-        tx: Tx,
-        message: MessageRow,
-        status: str,
-        attempt: int,
-        result: str | None,
-        error: str | None,
-    ) -> None:
-        """The row of a message committed by the turn that ran it (see ``finish_turn``)."""
-        tx.run(
-            "INSERT INTO {messages} ("
-            + self._FINISHED_COLUMNS
-            + ") VALUES ("
-            + self._finished_values(
-                actor_pk=":pk", completed="NULL" if status == "queued" else "{now}"
-            )
-            + ")",
-            {
-                "id": message.id,
-                "pk": message.actor_pk,
-                "t": message.actor_type,
-                "i": message.actor_id,
-                "seq": message.seq,
-                "op": message.operation,
-                "args": message.arguments,
-                "status": status,
-                "attempt": attempt,
-                "result": result,
-                "error": error,
-                "tp": message.traceparent,
-            },
-        )
+    # --- leases -----------------------------------------------------------------------
 
     def renew(self, tx: Tx, owner: str, pks: Sequence[int], lease_ms: int) -> int:
         """Extend the unexpired leases of ``owner`` on ``pks``, 500 per statement.
