@@ -196,7 +196,7 @@ def test_workers_leave_types_they_do_not_know_to_others(
 ) -> None:
     caller = make_runtime(workers=0)
     m = caller.ref(Counter, "u").add.send(n=1)
-    with make_runtime(workers=1) as unaware:
+    with make_runtime(workers=1, actors=[]) as unaware:  # serves no type at all
         assert unaware.testing.drain(timeout=2) == 0
     assert m.status() == "queued"
     assert count_rows(caller, "actors", "lease_owner IS NULL") == 1
