@@ -370,3 +370,46 @@ def test_dead_effect_is_retried_from_the_effects_page(
         "effects.retry",
         effect.id,
     )
+
+
+def test_overview_draws_activity_charts_as_inline_svg(rt: Runtime, client: TestClient) -> None:
+    for i in range(3):
+        rt.ref(Vault, "v1").store.send(item=f"i{i}")
+    rt.testing.drain()
+    dead_letter(rt)
+    html = client.get("/", headers=as_user("viewer:bob")).text
+    section = html[html.index('<section id="activity"') :]
+    section = section[: section.index("</section>")]
+    assert section.count('<svg class="chart"') == 4
+    for title in ("Completed", "Latency", "Retried", "Dead letters"):
+        assert f"<title>{title}</title>" in section, title
+    # bars of the minute(s) they finished in, and a latency line
+    assert sum(int(n) for n in re.findall(r"completed: (\d+)</title></rect>", section)) == 3
+    assert re.search(r"dead: 1</title></rect>", section)
+    assert '<polyline class="series-p50"' in section
+    assert "style=" not in section and "<script" not in section  # the CSP allows neither
+    assert "retention" in section
+
+
+def test_actor_page_lists_recent_messages_newest_first_with_pages(
+    rt: Runtime, client: TestClient
+) -> None:
+    for i in range(25):
+        rt.ref(Vault, "v1").store.send(item=f"m{i:03}")
+    rt.testing.drain()
+    Vault.broken = True
+    rt.ref(Vault, "v1").store.send(item=XSS)
+    rt.testing.drain()
+    first = client.get("/actors/Vault/v1", headers=as_user("viewer:bob")).text
+    recent = first[first.index('<table id="recent">') :]
+    recent = recent[: recent.index("</table>")]
+    assert "&lt;script&gt;" in recent and XSS not in recent
+    assert "InvalidArguments: the vault is broken" in recent
+    assert recent.index("m024") < recent.index("m010") and "m005" not in recent
+    more = re.search(r'href="(\?[^"]*cursor=[^"]+)"', first)
+    assert more
+    second = client.get("/actors/Vault/v1" + more.group(1).replace("&amp;", "&"),
+                        headers=as_user("viewer:bob")).text  # fmt: skip
+    rest = second[second.index('<table id="recent">') :]
+    rest = rest[: rest.index("</table>")]
+    assert "m005" in rest and "m000" in rest and "m010" not in rest

@@ -26,6 +26,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import InvalidArguments, NotFound, OperationRefused, Unauthorized
+from .charts import activity_charts
 from .security import ASGIApp, CsrfTokens, SecurityHeaders
 
 if TYPE_CHECKING:
@@ -39,6 +40,10 @@ HERE = Path(__file__).parent
 #: The overview counts the actors of a type up to this many (it refreshes every 5 s).
 OVERVIEW_ACTORS_UP_TO = 10_000
 PAGE_SIZE = 50
+#: The overview's charts: the last hour, a bar a minute.
+ACTIVITY_MINUTES, ACTIVITY_BUCKET = 60, 60
+#: Recent messages on an actor's page.
+ACTOR_MESSAGES = 20
 #: Largest form body a mutation accepts (ids of MAX_LIMIT dead letters fit easily).
 MAX_BODY = 256 * 1024
 
@@ -188,7 +193,14 @@ class _Dashboard:
     def overview(self, request: Request) -> Response:
         ops = self.ops(request)
         status_data = ops.status(actors_up_to=OVERVIEW_ACTORS_UP_TO)
-        return self.render(request, "overview.html", status_data=status_data)
+        activity = ops.activity(since_minutes=ACTIVITY_MINUTES, bucket_seconds=ACTIVITY_BUCKET)
+        return self.render(
+            request,
+            "overview.html",
+            status_data=status_data,
+            activity=activity,
+            charts=activity_charts(activity),
+        )
 
     def actors(self, request: Request) -> Response:
         ops = self.ops(request)
@@ -220,6 +232,12 @@ class _Dashboard:
         actor_type = request.path_params["actor_type"]
         actor_id = request.path_params["actor_id"]
         detail = ops.inspect_actor(actor_type, actor_id)
+        recent = ops.actor_messages(
+            actor_type,
+            actor_id,
+            limit=ACTOR_MESSAGES,
+            cursor=request.query_params.get("cursor") or None,
+        )
         history = None
         if ops.allowed("audit.list", target_id=f"{actor_type}/{actor_id}", principal=None):
             history = ops.audit_log(target_id=f"{actor_type}/{actor_id}", limit=20)
@@ -228,6 +246,8 @@ class _Dashboard:
             request,
             "actor.html",
             a=detail,
+            recent=recent,
+            next_url=_next_url(request, recent),
             history=history,
             can_pause=ops.allowed("actors.pause", **target),
             can_resume=ops.allowed("actors.resume", **target),
