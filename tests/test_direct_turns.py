@@ -56,7 +56,7 @@ class Ledger(Actor):
 
     def refuse(self, text: str) -> int:
         self.entries.append(text)
-        raise Rejected(f"no {text}")
+        raise Rejected("no", text)
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ rebuilt by :func:`error_from_document`.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -132,19 +133,55 @@ class SyncInsideTransaction(SolidObjectsError):
 # --- outcomes of a call ------------------------------------------------------------------
 
 
+#: A rejection code: a letter or underscore, then up to 63 letters, digits or ``_.:-``.
+REJECTION_CODE = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,63}")
+
+
+class InvalidRejectionCode(SolidObjectsError, ValueError):
+    """``Rejected(code)`` was given a code that is not a short machine-readable token.
+
+    Raised where ``Rejected`` is constructed, so the traceback points at the line
+    that wrote the bad code; raised inside a turn it dead-letters the message at once.
+    """
+
+
+class NonRetryableError(SolidObjectsError):
+    """Subclass it to mark an application error as deterministic.
+
+    A turn that raises one is not retried: the message becomes a dead letter at
+    once (unlike :class:`Rejected`, which is an answer, this is a failure).
+    """
+
+
 class Rejected(SolidObjectsError):
     """A deterministic refusal raised by actor code: not retried, state unchanged.
 
-    ``code`` is a short machine-readable reason, ``message`` is for people, and
-    ``details`` is any JSON value.
+    ``code`` is a short machine-readable reason (see :data:`REJECTION_CODE`),
+    ``message`` is for people, and ``details`` is any JSON value.
     """
 
     def __init__(self, code: str, message: str = "", details: Any = None) -> None:
-        super().__init__(f"{code}: {message}" if message else code)
+        if not isinstance(code, str) or REJECTION_CODE.fullmatch(code) is None:
+            raise InvalidRejectionCode(
+                f"rejection code {code!r} must match {REJECTION_CODE.pattern} "
+                "(a letter or underscore first, no spaces, at most 64 characters)"
+            )
+        self._fill(code, message, details)
+
+    def _fill(self, code: str, message: str, details: Any) -> None:
+        SolidObjectsError.__init__(self, f"{code}: {message}" if message else code)
         self.code = code
         self.message = message
         self.details = details
         self.message_id: str | None = None
+
+
+class QueryMutatedState(SolidObjectsError):
+    """A ``@query`` method changed the actor's state.
+
+    A query runs on a throwaway copy and commits nothing; raising instead of
+    dropping the change keeps a misplaced write from vanishing silently.
+    """
 
 
 class MessageFailed(SolidObjectsError):
@@ -207,11 +244,12 @@ _STORED: dict[str, type[SolidObjectsError]] = {
         NotInTurn,
         CallInsideTurn,
         ApplicationWriteForbidden,
+        InvalidRejectionCode,
     )
 }
 
 #: Errors that no retry can fix: the message fails at once.
-DETERMINISTIC: tuple[type[BaseException], ...] = tuple(_STORED.values())
+DETERMINISTIC: tuple[type[BaseException], ...] = (*_STORED.values(), NonRetryableError)
 
 
 def error_document(exc: BaseException) -> dict[str, Any]:
@@ -229,7 +267,9 @@ def error_document(exc: BaseException) -> dict[str, Any]:
 def error_from_document(message_id: str, document: dict[str, Any], *, rejected: bool) -> Exception:
     """Rebuild the exception a caller sees for a stored outcome."""
     if rejected:
-        err = Rejected(
+        # A stored code is shown as it was stored, not validated again.
+        err = Rejected.__new__(Rejected)
+        err._fill(
             str(document.get("code", "rejected")),
             str(document.get("message", "")),
             document.get("details"),

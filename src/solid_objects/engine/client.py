@@ -32,8 +32,10 @@ from ..errors import (
     ConfigurationError,
     DatabaseError,
     InvalidArguments,
+    InvalidState,
     MessageNotFound,
     MessagePending,
+    QueryMutatedState,
     RuntimeClosed,
     RuntimeNotStarted,
     Unauthorized,
@@ -835,10 +837,22 @@ class Client:
         encoded = operation.encode_arguments(args, kwargs, limit=self.options.max_payload_bytes)
         self.authorize("query", context, definition.actor_type, actor_id, operation.name, encoded)
         arguments = operation.decode_arguments(encoded)
-        instance = definition.instantiate(actor_id, self.load_state(definition, actor_id))
+        state = self.load_state(definition, actor_id)
+        instance = definition.instantiate(actor_id, state)
+        limit = self.options.max_state_bytes
+        before = definition.dump_state(state, limit=limit)
         value = operation.function(instance, **arguments)
         if inspect.isawaitable(value):
             value = asyncio.run(value)  # type: ignore[arg-type]
+        try:
+            after = definition.dump_state(definition.capture_state(instance), limit=limit)
+        except (InvalidArguments, InvalidState):  # changed, and into something invalid
+            after = None
+        if after != before:
+            raise QueryMutatedState(
+                f"@query {definition.actor_type}.{operation.name} changed the actor's state; "
+                "a query's changes are never committed: make it an operation"
+            )
         return operation.decode_result(
             operation.encode_result(value, limit=self.options.max_result_bytes)
         )
