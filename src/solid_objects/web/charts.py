@@ -69,15 +69,20 @@ def chart(
                     f"<title>{escape(when(i))} {escape(s.label)}: {escape(_fmt(v))}</title></rect>"
                 )
         else:
-            points = [
-                f"{1 + (i + 0.5) * step:.1f},{y(v):.1f}"
-                for i, v in enumerate(s.values)
-                if v is not None
+            xy = [
+                (1 + (i + 0.5) * step, y(v), i, v) for i, v in enumerate(s.values) if v is not None
             ]
-            if points:
+            if xy:
+                points = " ".join(f"{px:.1f},{py:.1f}" for px, py, _, _ in xy)
                 parts.append(
-                    f'<polyline class="{cls}" fill="none" points="{" ".join(points)}">'
+                    f'<polyline class="{cls}" fill="none" points="{points}">'
                     f"<title>{escape(s.label)}</title></polyline>"
+                )
+            for px, py, i, v in xy:  # a lone point draws no line: mark each one
+                parts.append(
+                    f'<circle class="{cls}" cx="{px:.1f}" cy="{py:.1f}" r="1.8">'
+                    f"<title>{escape(when(i))} {escape(s.label)}: {escape(_fmt(v))}{escape(unit)}"
+                    "</title></circle>"
                 )
     parts.append(
         f'<text x="1" y="{HEIGHT - 2}" class="chart-tick">{escape(when(0))}</text>'
