@@ -101,6 +101,13 @@ class IdempotencyConflict(SolidObjectsError):
     """An idempotency key was reused for different arguments or a different operation."""
 
 
+class MailboxFull(SolidObjectsError):
+    """The actor already has ``max_mailbox_length`` queued messages; nothing was written.
+
+    Backpressure: the caller may retry later. HTTP integrations answer 429.
+    """
+
+
 class Unauthorized(SolidObjectsError):
     """The application's policy refused this call."""
 

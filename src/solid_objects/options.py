@@ -43,6 +43,9 @@ class Options:
     effect_timeout: float = 60.0
     #: Attempts of an effect handler before the effect is dead (and ``on_failure`` runs).
     effect_max_attempts: int = 10
+    #: Queued plus running messages one actor may hold before an enqueue raises
+    #: ``MailboxFull`` (None: unbounded). Delayed sends and ``send_to`` are not refused.
+    max_mailbox_length: int | None = 10_000
     max_payload_bytes: int = 1 << 20
     max_result_bytes: int = 1 << 20
     max_state_bytes: int = 5 << 20
@@ -125,6 +128,8 @@ class Options:
             positive("retention")
         if self.pool_size is not None:
             positive("pool_size", integer=True)
+        if self.max_mailbox_length is not None:
+            positive("max_mailbox_length", integer=True)
         positive("workers", integer=True, zero=True)
         for name in (
             "max_attempts",

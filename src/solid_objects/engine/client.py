@@ -71,6 +71,8 @@ class _MessageFields(TypedDict):
     operation: str
     arguments: str
     traceparent: str | None
+    #: The runtime's ``max_mailbox_length`` (None: unbounded).
+    max_length: int | None
 
 
 class _QueueFields(TypedDict):
@@ -386,6 +388,7 @@ class Client:
             operation=operation.name,
             arguments=arguments,
             traceparent=self.pool.instrument.traceparent(message_id),
+            max_length=self.options.max_mailbox_length,
         )
 
     def _committed_elsewhere(self) -> None:

@@ -39,6 +39,7 @@ def enqueue_in(
     idempotency_key: str | None,
     delay_ms: int,
     traceparent: str | None,
+    max_length: int | None = None,
 ) -> Enqueued:
     """Enqueue on ``connection``, in its transaction; nothing is committed here.
 
@@ -84,6 +85,7 @@ def enqueue_in(
                 claim_for=None,
                 lease_ms=0,
                 traceparent=traceparent,
+                max_length=max_length,
             )
         except BaseException:
             savepoint.rollback()

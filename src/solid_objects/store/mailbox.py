@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import IdempotencyConflict
+from ..errors import IdempotencyConflict, MailboxFull
 from .dialect import Dialect, Tx
 from .rows import (
     MSG_COLS,
@@ -63,17 +63,24 @@ class MailboxStatements:
         operation: str,
         arguments: str,
         traceparent: str | None = None,
+        max_length: int | None = None,
     ) -> MessageRow | None:
         """Append to the mailbox of an actor this process already holds: two statements.
 
         No claim is needed, so the sequence number comes from one ``UPDATE ...
         RETURNING`` (where the database has it). None when the actor row does not
-        exist; the caller then uses :meth:`enqueue`.
+        exist, or its mailbox holds ``max_length`` messages (the length test is part
+        of the ``WHERE``: no extra statement); the caller then uses :meth:`enqueue`,
+        which raises :class:`MailboxFull`.
         """
+        params: dict[str, Any] = {"t": actor_type, "i": actor_id}
+        full = ""
+        if max_length is not None:
+            full, params["max"] = " AND next_seq - done_seq - 1 < :max", max_length
         row = tx.row(
             "UPDATE {actors} SET next_seq = next_seq + 1, ready_at = COALESCE(ready_at, {now}) "
-            "WHERE actor_type = :t AND actor_id = :i RETURNING pk, next_seq - 1, {now}",
-            {"t": actor_type, "i": actor_id},
+            "WHERE actor_type = :t AND actor_id = :i" + full + " RETURNING pk, next_seq - 1, {now}",
+            params,
         )
         if row is None:
             return None
@@ -171,6 +178,7 @@ class MailboxStatements:
         claim_for: str | None,
         lease_ms: int,
         traceparent: str | None = None,
+        max_length: int | None = None,
     ) -> Enqueued:
         """Append a message to an actor's mailbox (creating the actor row if needed).
 
@@ -179,9 +187,14 @@ class MailboxStatements:
         never blocks messages that are due before it. With ``claim_for`` the same
         transaction also takes the actor's lease when it is free, so a call to a
         cold actor costs one write transaction here plus one commit.
+
+        With ``max_length``, a message due now is refused with :class:`MailboxFull`
+        (nothing written) when the actor already has that many queued or running
+        messages (``next_seq - done_seq - 1``, read from the locked row: no extra
+        statement); a duplicate of a keyed message is answered first, never refused.
         """
         row = self._lock_actor(tx, actor_type, actor_id)
-        pk, next_seq, _done_seq, owner, expires, paused, ready_at, generation, now = row
+        pk, next_seq, done_seq, owner, expires, paused, ready_at, generation, now = row
         pk, now = int(pk), int(now)
         existing = self._keyed_message(tx, pk, idempotency_key)
         if existing is not None:
@@ -192,6 +205,12 @@ class MailboxStatements:
                     f"{operation}({arguments})"
                 )
             return Enqueued(existing, existing=True, claimed=None)
+        length = int(next_seq) - int(done_seq) - 1
+        if delay_ms <= 0 and max_length is not None and length >= max_length:
+            raise MailboxFull(
+                f"the mailbox of {actor_type} {actor_id!r} holds {length} messages "
+                f"(max_mailbox_length={max_length}): nothing was enqueued, try again later"
+            )
         message = scheduled_message(
             message_id,
             pk,
