@@ -188,6 +188,7 @@ def test_operator_retries_a_dead_letter_after_fixing_the_cause_and_sees_the_stat
 
     page.goto(served + "/")
     expect(page.locator("#counts")).to_contain_text("Safe")
+    expect(page.locator("#activity svg.chart")).to_have_count(4)  # loaded after the page
     shot(page, "overview", sqlite)
     page.get_by_role("link", name="Actors", exact=True).click()
     page.fill("input[name=type]", "Safe")
