@@ -23,6 +23,7 @@ from ..errors import DatabaseError, LeaseLost
 from ..observability.events import Instrumentation
 from ..options import Options
 from ..store import Committed, MessageRow, Store, Tx
+from ..store.rows import scheduled_message
 from .activation import Activation
 from .refusals import DB_ERRORS
 from .turn import TurnOutcome
@@ -114,22 +115,10 @@ class DirectTurns:
             ):
                 return None
             act.status = "running"
-        message = MessageRow(
-            id=message_id,
-            actor_pk=act.pk,
-            actor_type=actor_type,
-            actor_id=actor_id,
-            seq=act.done_seq + 1,
-            operation=operation,
-            arguments=arguments,
-            idempotency_key=None,
-            status="queued",
-            attempts=0,
-            result=None,
-            error=None,
-            available_at=0,
-            traceparent=traceparent,
+        message = scheduled_message(
+            message_id, act.pk, actor_type, actor_id, operation, arguments, None, 0, traceparent
         )
+        message.seq, message.status = act.done_seq + 1, "queued"  # its commit appends it
         act.head_attempt = 1
         self.instrument.turn_started(message, 1)
         outcome = self._run_turn(act, message)
