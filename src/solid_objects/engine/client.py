@@ -191,6 +191,27 @@ class Client:
         target = shown or f"{actor_type}({actor_id!r})" + (f".{operation}" if operation else "")
         self._deny(kind, target, reason, actor_type)
 
+    def _authorized_arguments(
+        self,
+        definition: ActorDefinition,
+        actor_id: str,
+        operation: Operation,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        options: CallOptions,
+    ) -> str:
+        """A message's arguments, encoded as they will be stored, once its policy allowed them."""
+        arguments = operation.encode_arguments(args, kwargs, limit=self.options.max_payload_bytes)
+        self.authorize(
+            "message",
+            options.authorization,
+            definition.actor_type,
+            actor_id,
+            operation.name,
+            arguments,
+        )
+        return arguments
+
     def _deny(self, kind: Kind, target: str, reason: str, actor_type: str) -> NoReturn:
         log.info(
             "denied %s %s",
@@ -217,14 +238,8 @@ class Client:
 
         With an idempotency key that was used before, the id is the earlier message's.
         """
-        arguments = operation.encode_arguments(args, kwargs, limit=self.options.max_payload_bytes)
-        self.authorize(
-            "message",
-            options.authorization,
-            definition.actor_type,
-            actor_id,
-            operation.name,
-            arguments,
+        arguments = self._authorized_arguments(
+            definition, actor_id, operation, args, kwargs, options
         )
         message_id = new_id()
         if options.connection is not None:
@@ -306,16 +321,8 @@ class Client:
         future = self.waiters.register(message_id, enqueueing=True)
         self._enqueueing.add(message_id)
         try:
-            arguments = operation.encode_arguments(
-                args, kwargs, limit=self.options.max_payload_bytes
-            )
-            self.authorize(
-                "message",
-                options.authorization,
-                definition.actor_type,
-                actor_id,
-                operation.name,
-                arguments,
+            arguments = self._authorized_arguments(
+                definition, actor_id, operation, args, kwargs, options
             )
             observed = self.pool.instrument.enqueue(
                 definition.actor_type, operation.name, message_id
