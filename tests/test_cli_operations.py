@@ -206,3 +206,20 @@ def test_worker_serves_a_health_endpoint(app: tuple[Runtime, CLI]) -> None:
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
+
+
+def test_messages_cancel_cancels_a_queued_message_and_refuses_a_finished_one(
+    app: tuple[Runtime, CLI],
+) -> None:
+    rt, cli = app
+    account = rt.ref(Account, "c")
+    done = account.deposit.send(amount=1)
+    rt.testing.drain()
+    queued = account.deposit.send(amount=2)
+    assert cli.ok("messages", "cancel", TARGET, queued.id, "--reason", "typo").strip() == (
+        f"{queued.id}: cancelled"
+    )
+    assert queued.status() == "cancelled"
+    assert count_rows(rt, "audit", "action = 'messages.cancel'") == 1
+    assert "was not cancelled" in cli.fails(1, "messages", "cancel", TARGET, done.id)
+    assert "no message" in cli.fails(1, "messages", "cancel", TARGET, "0" * 32)

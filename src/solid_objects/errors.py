@@ -201,6 +201,10 @@ class MessageFailed(SolidObjectsError):
         self.error = error
 
 
+class MessageCancelled(SolidObjectsError):
+    """The message was cancelled before it ran (``MessageReference.cancel()``)."""
+
+
 class MessageNotFound(SolidObjectsError, LookupError):
     """No message has this id (it never existed, or retention pruned it)."""
 

@@ -270,9 +270,18 @@ class MessageReference(_Message["Runtime"], Generic[R_co]):
     """
 
     def status(self) -> str:
-        """``scheduled``, ``queued``, ``completed``, ``rejected``, ``dead`` or ``destroyed``
-        (``enqueueing``: a call of this process timed out before its enqueue committed)."""
+        """``scheduled``, ``queued``, ``completed``, ``rejected``, ``dead``, ``destroyed``
+        or ``cancelled`` (``enqueueing``: a call of this process timed out before its
+        enqueue committed)."""
         return self._runtime._engine.status(self)
+
+    def cancel(self) -> bool:
+        """Cancel the message if it has not started: True when it ends ``cancelled``.
+
+        False when it finished, or may be running: a queued message of an actor a
+        worker holds the lease of cannot be cancelled (pause the actor first).
+        """
+        return self._runtime._engine.cancel(self)
 
     def result(self) -> R_co:
         """The committed result now; raises MessagePending if the message has not finished."""
@@ -430,6 +439,9 @@ class AsyncMessageReference(_Message["AsyncRuntime"], Generic[R_co]):
 
     async def status(self) -> str:
         return await self._runtime._run(self._sync().status)
+
+    async def cancel(self) -> bool:
+        return await self._runtime._run(self._sync().cancel)
 
     async def result(self) -> R_co:
         return await self._runtime._run(self._sync().result)

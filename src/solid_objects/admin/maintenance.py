@@ -148,6 +148,36 @@ class Maintenance(AdminBase):
 
         return store.transact(body)
 
+    def cancel_message(self, message_id: str, *, reason: str | None = None) -> bool:
+        """Cancel a message that has not started, as ``MessageReference.cancel()`` does.
+
+        True when it ends ``cancelled`` (audited); False when it finished or a worker
+        holds its actor's lease (pause the actor first).
+        """
+        check_identifier(message_id, what="message id")
+        reason = _check_reason(reason)
+        principal = self._authorize("messages.cancel", message_id=message_id)
+        store = self._runtime.store
+
+        def body(tx: Tx) -> bool:
+            done = store.cancel(tx, message_id)
+            if done is None:
+                raise NotFound(f"no message {message_id}")
+            message, cancelled = done
+            if cancelled:
+                self._audit(
+                    tx,
+                    principal,
+                    "messages.cancel",
+                    "message",
+                    message_id,
+                    actor=(message.actor_type, message.actor_id),
+                    detail={"reason": reason},
+                )
+            return cancelled
+
+        return store.transact(body)
+
     def actors_with_pending_work(
         self, *, actor_type: str | None = None, limit: int = 50, cursor: str | None = None
     ) -> Page[ActorSummary]:

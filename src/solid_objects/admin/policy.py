@@ -39,6 +39,7 @@ WRITE_ACTIONS = frozenset(
         "actors.pause",
         "actors.resume",
         "actors.destroy",
+        "messages.cancel",
         "reminders.pause",
         "reminders.resume",
         "reminders.cancel",

@@ -1,4 +1,5 @@
-"""Operator commands: pause, resume, pending, reminders, processes, prune, doctor, health.
+"""Operator commands: pause, resume, pending, messages, reminders, processes, prune, doctor,
+health.
 
 Registered on the ``solid-objects`` group by :func:`register`; they share the
 conventions of :mod:`solid_objects.cli.common`.
@@ -14,6 +15,7 @@ import click
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
+    OperationFailed,
     admin_session,
     cursor_option,
     emit_json,
@@ -273,6 +275,34 @@ def processes_recover(target: str, owner: str, reason: str | None, as_json: bool
         )
 
 
+# --- messages -------------------------------------------------------------------------------
+
+
+@click.group()
+def messages() -> None:
+    """Act on single messages."""
+
+
+@messages.command("cancel")
+@target_argument
+@click.argument("message_id", metavar="ID")
+@reason_option
+@json_option
+def messages_cancel(target: str, message_id: str, reason: str | None, as_json: bool) -> None:
+    """Cancel a message that has not started (exit 1 if it finished or may be running)."""
+    with admin_session(target) as admin:
+        cancelled = admin.cancel_message(message_id, reason=reason)
+    if not cancelled:
+        raise OperationFailed(
+            f"{message_id} was not cancelled: it finished, or a worker holds its actor "
+            "(pause the actor first)"
+        )
+    if as_json:
+        emit_json({"message_id": message_id, "cancelled": True})
+    else:
+        click.echo(f"{message_id}: cancelled")
+
+
 # --- retention ------------------------------------------------------------------------------
 
 
@@ -367,6 +397,7 @@ def register(main: click.Group) -> None:
     main.add_command(_pause_command(True))
     main.add_command(_pause_command(False))
     main.add_command(pending)
+    main.add_command(messages)
     main.add_command(reminders)
     main.add_command(processes)
     main.add_command(prune)

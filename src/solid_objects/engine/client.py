@@ -33,6 +33,7 @@ from ..errors import (
     DatabaseError,
     InvalidArguments,
     InvalidState,
+    MessageCancelled,
     MessageNotFound,
     MessagePending,
     QueryMutatedState,
@@ -635,11 +636,24 @@ class Client:
                 return "enqueueing"
             raise
 
+    def cancel(self, message: MessageReference[Any]) -> bool:
+        """Cancel a message that has not started (see ``Store.cancel``)."""
+        self.checked(message)
+        return self.cancel_id(message.id)
+
+    def cancel_id(self, message_id: str) -> bool:
+        done = self.store.transact(lambda tx: self.store.cancel(tx, message_id))
+        if done is None:
+            raise MessageNotFound(f"no message {message_id}")
+        return done[1]
+
     @staticmethod
     def settle(message: MessageReference[Any], outcome: Outcome) -> Any:
         """The value a caller gets for a terminal outcome, or the exception it raises."""
         if outcome.status == "completed":
             return message._operation.decode_result(outcome.result)
+        if outcome.status == "cancelled":
+            raise MessageCancelled(f"message {message.id} was cancelled before it ran")
         if outcome.status == "destroyed":
             raise ActorDestroyed(
                 f"{message.actor_type} {message.actor_id!r} was destroyed before message "

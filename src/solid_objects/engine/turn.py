@@ -24,7 +24,7 @@ from ..store.store import new_id
 
 log = logging.getLogger("solid_objects.turn")
 
-Kind = Literal["completed", "rejected", "dead", "retry"]
+Kind = Literal["completed", "rejected", "dead", "retry", "cancelled"]
 
 
 @dataclass(slots=True)
@@ -77,6 +77,8 @@ def execute(
     ``instance`` may be mutated even when the outcome is a failure; the caller
     rebuilds it from ``committed_state`` in that case.
     """
+    if message.status == "cancelled":  # cancelled while queued: finished without running
+        return TurnOutcome("cancelled")
     operation = definition.operation(message.operation)
     if operation is None:
         return failure(

@@ -355,3 +355,42 @@ class MailboxStatements:
                 {"next": next_seq, "pk": pk},
             )
         return next_seq - first
+
+    def cancel(self, tx: Tx, message_id: str) -> tuple[MessageRow, bool] | None:
+        """Cancel a message no worker may have in hand; None when no message has the id.
+
+        True for a delayed (``scheduled``) message, or a ``queued`` one whose actor no
+        live lease holds (idle, paused, or waiting out a retry); it ends as
+        ``cancelled``. A queued message keeps its seq: the next claim reads it as the
+        head and the worker finishes it as ``cancelled`` without running it, so the
+        mailbox order is untouched. False while a lease is live (a worker may be
+        running it, or have it in hand), and for a finished message. The actor row is
+        locked first, so a claim or a promote cannot slip in between.
+        """
+        found = tx.row("SELECT actor_pk FROM {messages} WHERE id = :id", {"id": message_id})
+        if found is None:
+            return None
+        actor = tx.row(
+            "SELECT lease_owner, lease_expires_at, {now} FROM {actors} WHERE pk = :pk"
+            "{for_update}",
+            {"pk": int(found[0])},
+        )
+        row = tx.row(f"SELECT {MSG_COLS} FROM {{messages}} WHERE id = :id", {"id": message_id})
+        if row is None:
+            return None
+        message = message_row(row)
+        if message.status == "cancelled":
+            return message, True
+        held = actor is not None and actor[0] is not None and int(actor[1]) > int(actor[2])
+        if message.status == "scheduled" or (message.status == "queued" and not held):
+            # A queued one gets its completed_at when the worker passes it: retention
+            # must not prune a row the mailbox still counts.
+            done = "{now}" if message.status == "scheduled" else "NULL"
+            tx.run(
+                "UPDATE {messages} SET status = 'cancelled', completed_at = " + done + " "
+                "WHERE id = :id AND status = :status",
+                {"id": message_id, "status": message.status},
+            )
+            message.status = "cancelled"
+            return message, True
+        return message, False

@@ -32,7 +32,8 @@ RULES: dict[PruneKind, tuple[str, str, str]] = {
     "messages": (
         "{messages}",
         "id",
-        "((status IN ('completed', 'rejected', 'destroyed') AND completed_at < :cutoff) "
+        "((status IN ('completed', 'rejected', 'destroyed', 'cancelled') "
+        "AND completed_at < :cutoff) "
         "OR (status = 'dead' AND EXISTS (SELECT 1 FROM {resolutions} r "
         "WHERE r.message_id = {messages}.id AND r.resolved_at < :cutoff)))",
     ),

@@ -71,7 +71,7 @@ T = TypeVar("T")
 #: How many times a transaction that lost a deadlock is run again.
 _TRANSIENT_RETRIES = 3
 
-TERMINAL = frozenset({"completed", "rejected", "dead", "destroyed"})
+TERMINAL = frozenset({"completed", "rejected", "dead", "destroyed", "cancelled"})
 
 
 class Store(
