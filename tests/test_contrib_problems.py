@@ -12,6 +12,8 @@ from solid_objects.errors import (
     ConfigurationError,
     InvalidActorId,
     InvalidArguments,
+    MailboxFull,
+    MessageCancelled,
     MessageFailed,
     PayloadTooLarge,
     Rejected,
@@ -71,3 +73,10 @@ def test_register_adds_an_entry_and_refuses_a_status_that_is_not_an_error(teapot
     assert Teapot in problems.handled()
     with pytest.raises(ConfigurationError, match="4xx or 5xx"):
         problems.register(Teapot, 200, "fine")
+
+
+def test_backpressure_is_429_with_retry_after_and_a_cancelled_message_is_409() -> None:
+    full = problems.document(MailboxFull("the mailbox of Cart 'c' is full"))
+    assert full["status"] == 429
+    assert problems.headers(MailboxFull("full")) == {"Retry-After": "1"}
+    assert problems.document(MessageCancelled("cancelled"))["status"] == 409

@@ -114,6 +114,6 @@ register(errors.ActorDestroyed, 410, "Actor destroyed")
 register(errors.CallTimeout, 504, "Call timed out")
 register(errors.MessageFailed, 500, "Message failed")
 register(errors.RuntimeNotStarted, 503, "Runtime not running")
-_mailbox_full = getattr(errors, "MailboxFull", None)
-if isinstance(_mailbox_full, type) and issubclass(_mailbox_full, Exception):
-    register(_mailbox_full, 429, "Mailbox full")
+register(errors.MailboxFull, 429, "Mailbox full")
+# The message was withdrawn before it ran: the request conflicts with what became of it.
+register(errors.MessageCancelled, 409, "Message cancelled")
