@@ -41,6 +41,7 @@ from .errors import (
     UnknownActorType,
     UnknownOperation,
 )
+from .message import MessageInfo, Sender
 from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref
 from .runtime import AsyncRuntime, Runtime
 
@@ -62,6 +63,7 @@ __all__ = [
     "LeaseLost",
     "MailboxFull",
     "MessageFailed",
+    "MessageInfo",
     "MessageReference",
     "NonRetryableError",
     "NotInTurn",
@@ -70,6 +72,7 @@ __all__ = [
     "Ref",
     "Rejected",
     "Runtime",
+    "Sender",
     "SolidObjectsError",
     "SyncInsideTransaction",
     "Unauthorized",

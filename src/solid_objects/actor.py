@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from . import staging
 from .catalogue import CATALOGUE
 from .definition import ActorDefinition, build_definition
+from .message import MessageInfo
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -68,6 +69,14 @@ class Actor:
     def __repr__(self) -> str:
         actor_id = getattr(self, "actor_id", "?")
         return f"<{type(self).__name__} {actor_id!r}>"
+
+    @property
+    def current_message(self) -> MessageInfo:
+        """The running message: id, attempt, enqueued/due time, idempotency key, sender.
+
+        Raises NotInTurn outside an operation (in a query, in ``on_activate``).
+        """
+        return staging.current_message()
 
     # --- staging: everything below commits with the turn's state, or not at all ---
 

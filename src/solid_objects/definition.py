@@ -64,6 +64,8 @@ RESERVED_NAMES = frozenset(
         "on_deactivate",
     }
 )
+#: Reserved names an actor may define as methods: lifecycle hooks, never operations.
+HOOK_NAMES = frozenset({"on_activate", "on_deactivate"})
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _TYPE_NAME = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{MAX_TYPE_LENGTH}}}$")
 _MUTABLE = (list, dict, set, bytearray)
@@ -392,6 +394,17 @@ def _build_operation(cls: type, name: str, function: Callable[..., Any]) -> Oper
     )
 
 
+def _check_hook(cls: type[Any], name: str, function: Callable[..., Any]) -> None:
+    """A hook is called with no arguments: refuse one that needs some, at import time."""
+    params = list(inspect.signature(function).parameters.values())[1:]
+    if any(
+        p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        for p in params
+    ):
+        raise _fail(cls, f"{name}() is a lifecycle hook and is called with no arguments")
+
+
 def build_definition(cls: type, base: type) -> ActorDefinition:
     """Introspect ``cls`` (a subclass of ``base``) or raise InvalidActorDefinition."""
     actor_type = cls.__dict__.get("actor_type", cls.__name__)
@@ -444,6 +457,9 @@ def build_definition(cls: type, base: type) -> ActorDefinition:
             if name.startswith("_") or name in getattr(klass, "__annotations__", {}):
                 continue
             if isinstance(member, staticmethod | classmethod | property):
+                continue
+            if inspect.isfunction(member) and name in HOOK_NAMES:
+                _check_hook(cls, name, member)
                 continue
             if inspect.isfunction(member):
                 if name in RESERVED_NAMES or name in base_names:

@@ -29,6 +29,7 @@ __all__ = ["CallInsideTurn", "NotInTurn"]
 
 if TYPE_CHECKING:
     from .definition import ActorDefinition
+    from .message import MessageInfo
 
 #: Keyword arguments an ``on_success`` / ``on_failure`` operation may declare.
 SUCCESS_ARGUMENTS = frozenset({"effect_id", "arguments", "result"})
@@ -48,6 +49,8 @@ def is_callback(idempotency_key: str | None) -> bool:
     the ones the operation declares.
     """
     return idempotency_key is not None and idempotency_key.startswith("effect:")
+
+
 _LIMIT = 1 << 20
 #: Messages one turn may stage: the staging index is the low part of a message's
 #: ``send_order`` (``store.outbox``), so it must not reach the next turn's.
@@ -112,6 +115,8 @@ class Staged:
     #: Schedules and cancellations, in the order the turn made them.
     reminders: list[StagedReminder | CancelledReminder] = field(default_factory=list)
     messages: list[StagedMessage] = field(default_factory=list)
+    #: The running message (``self.current_message``); set by the turn runner.
+    message: MessageInfo | None = None
 
     def __bool__(self) -> bool:
         return bool(self.effects or self.reminders or self.messages or self.actions)
@@ -128,6 +133,18 @@ def current() -> Staged:
             "operation runs (not in a query, not outside the runtime)"
         )
     return staged
+
+
+def current_message() -> MessageInfo:
+    """The message the current turn runs (``Actor.current_message``)."""
+    staged: Staged | None = getattr(_current, "staged", None)
+    message = None if staged is None else staged.message
+    if message is None:
+        raise NotInTurn(
+            "current_message is only available while an operation runs (not in a query, "
+            "not in on_activate, not outside the runtime)"
+        )
+    return message
 
 
 def inside_turn() -> bool:

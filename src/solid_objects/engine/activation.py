@@ -39,6 +39,8 @@ class Activation:
     #: How long its latest turn ran: a turn whose commit finds the lease expired is
     #: charged for it only if it ran long enough to have starved the renewals.
     turn_seconds: float = 0.0
+    #: ``on_activate`` ran and a turn committed on its instance (see engine.lifecycle).
+    activated: bool = False
 
     @property
     def pk(self) -> int:

@@ -26,6 +26,7 @@ from ..options import Options
 from ..registry import NamedHandlers, Registry
 from ..staging import callback_key
 from ..store import EffectRow, Enqueued, Store, Tx
+from ..store.rows import encode_sender
 from ..store.store import new_id
 from .turn import run_coroutine
 
@@ -235,6 +236,7 @@ class EffectRunner:
                         claim_for=None,
                         lease_ms=0,
                         traceparent=self.instrument.traceparent(key),
+                        sender=encode_sender("effect", key=effect.id),
                     )
                 ]
             except IdempotencyConflict:

@@ -11,12 +11,14 @@ import asyncio
 import inspect
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..codec import canonical_json
 from ..definition import ActorDefinition
 from ..errors import DETERMINISTIC, Rejected, UnknownOperation, error_document
+from ..message import message_info
 from ..observability.events import log_fields
 from ..staging import Staged, is_callback, turn_scope
 from ..store import MessageRow
@@ -71,6 +73,7 @@ def execute(
     message: MessageRow,
     limits: Limits,
     action_names: tuple[str, ...] = (),
+    attempt: int = 1,
 ) -> TurnOutcome:
     """Run ``message`` on ``instance`` and describe what to commit.
 
@@ -89,6 +92,7 @@ def execute(
             deterministic=True,
         )
     staged = Staged(definition, new_id, action_names)
+    staged.message = message_info(message, attempt, int(time.time() * 1000))
     try:
         arguments = operation.decode_arguments(
             message.arguments, offer=is_callback(message.idempotency_key)

@@ -29,6 +29,7 @@ from .actions import run_actions
 from .activation import Activation
 from .direct import DirectTurns
 from .effects import EffectRunner
+from .lifecycle import activate, deactivate
 from .presence import Presence
 from .refusals import DB_ERRORS, CommitsApart, Turn, last_error
 from .turn import Limits, TurnOutcome, execute, failure
@@ -151,6 +152,10 @@ class WorkerPool(DirectTurns, CommitsApart):
     def release_all(self) -> None:
         """Give back every lease of this process, cached or orphaned."""
         faults.point("shutdown.release")
+        with self._cond:
+            ending = [a for a in self._activations.values() if a.status == "idle"]
+        for act in ending:
+            deactivate(act)
         with self._cond:
             self._activations.clear()
             self._identities.clear()
@@ -344,6 +349,8 @@ class WorkerPool(DirectTurns, CommitsApart):
                 del self._activations[a.pk]
                 if self._identities.get((a.actor_type, a.actor_id)) is a:
                     del self._identities[(a.actor_type, a.actor_id)]
+        for a in idle:
+            deactivate(a)
         return idle
 
     # --- running turns ----------------------------------------------------------------
@@ -367,7 +374,9 @@ class WorkerPool(DirectTurns, CommitsApart):
             state = definition.load_state(act.state_json, act.state_version)
             act.definition = definition
             act.instance = definition.instantiate(act.actor_id, state)
+            activate(act)
         except Exception as exc:
+            act.instance = None  # on_activate failed: hydrate and run it again next time
             return exc
         return None
 
@@ -524,6 +533,7 @@ class WorkerPool(DirectTurns, CommitsApart):
     ) -> None:
         """Move the activation past a committed message."""
         if outcome.kind == "completed":
+            act.activated = True  # on_activate's state committed with this turn
             if outcome.state is not None:
                 act.state_json = outcome.state
                 act.state_version = act.definition.state_version if act.definition else 1
@@ -583,6 +593,7 @@ class WorkerPool(DirectTurns, CommitsApart):
             message,
             self.limits,
             self.actions.names(),
+            act.head_attempt,
         )
         # A decaying maximum of the operation's run time, for direct turns (_fits).
         key = (act.actor_type, message.operation)

@@ -105,6 +105,7 @@ class MailboxStatements:
         delay_ms: int,
         traceparent: str | None = None,
         send_order: int | None = None,
+        sender: str | None = None,
     ) -> MessageRow:
         """Insert a message that enters its mailbox when :meth:`promote` moves it there.
 
@@ -135,6 +136,7 @@ class MailboxStatements:
             idempotency_key,
             now + max(delay_ms, 0),
             traceparent,
+            sender,
         )
         order = next(_process_sends) if send_order is None else send_order
         self._insert_message(tx, message, now, order)
@@ -179,6 +181,7 @@ class MailboxStatements:
         lease_ms: int,
         traceparent: str | None = None,
         max_length: int | None = None,
+        sender: str | None = None,
     ) -> Enqueued:
         """Append a message to an actor's mailbox (creating the actor row if needed).
 
@@ -221,6 +224,7 @@ class MailboxStatements:
             idempotency_key,
             now + max(delay_ms, 0),
             traceparent,
+            sender,
         )
         lease: Lease | None = None
         if delay_ms <= 0:
@@ -268,8 +272,8 @@ class MailboxStatements:
         tx.run(
             "INSERT INTO {messages} (id, actor_pk, actor_type, actor_id, seq, operation, "
             "arguments, idempotency_key, status, available_at, attempts, created_at, traceparent, "
-            "send_order) VALUES (:id, :pk, :t, :i, :seq, :op, :args, :key, :status, :avail, 0, "
-            ":now, :tp, :ord)",
+            "send_order, sender) VALUES (:id, :pk, :t, :i, :seq, :op, :args, :key, :status, "
+            ":avail, 0, :now, :tp, :ord, :sender)",
             {
                 "id": m.id,
                 "pk": m.actor_pk,
@@ -284,8 +288,10 @@ class MailboxStatements:
                 "now": now,
                 "tp": m.traceparent,
                 "ord": send_order,
+                "sender": m.sender,
             },
         )
+        m.created_at = now
 
     def due_scheduled(
         self, tx: Tx, *, now: int | None = None, limit: int = 100

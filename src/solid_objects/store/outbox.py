@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..staging import MAX_MESSAGES_PER_TURN, CancelledReminder, Staged
 from .dialect import Tx
+from .rows import encode_sender
 
 if TYPE_CHECKING:
     from .store import Enqueued, MessageRow
@@ -148,6 +149,7 @@ class OutboxStatements:
                     ":every, :missed, 1, {now}, {now})",
                     values,
                 )
+        sender = encode_sender("actor", actor_type=actor_type, actor_id=actor_id)
         return [
             self.enqueue_later(
                 tx,
@@ -160,6 +162,7 @@ class OutboxStatements:
                 delay_ms=m.delay_ms,
                 traceparent=traceparent,
                 send_order=source_seq * MAX_MESSAGES_PER_TURN + index,
+                sender=sender,
             )
             for index, m in enumerate(staged.messages)
         ]
@@ -319,6 +322,7 @@ class OutboxStatements:
             arguments=reminder.arguments,
             idempotency_key=None,
             delay_ms=0,
+            sender=encode_sender("reminder", key=reminder.key or None),
         )
 
     def delete_reminders_of(self, tx: Tx, actor_pk: int) -> None:

@@ -7,6 +7,7 @@ place the column order of a selected message is written down.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import secrets
@@ -61,6 +62,10 @@ class MessageRow:
     available_at: int
     #: W3C trace context of the span that sent it (tracing carried across processes).
     traceparent: str | None = None
+    #: When it was written, on the database clock (ms); None before it is written.
+    created_at: int | None = None
+    #: Who sent it, as JSON (see ``solid_objects.message``); None for a caller.
+    sender: str | None = None
 
 
 @dataclass(slots=True)
@@ -115,14 +120,19 @@ class ActorStatus:
     now: int
 
 
+def encode_sender(kind: str, **fields: str | None) -> str:
+    """The stored form of a message's sender (``messages.sender``): a small JSON object."""
+    return json.dumps({"kind": kind, **fields}, sort_keys=True, separators=(",", ":"))
+
+
 MSG_COLS = (
     "id, actor_pk, actor_type, actor_id, seq, operation, arguments, idempotency_key, "
-    "status, attempts, result, error, available_at, traceparent"
+    "status, attempts, result, error, available_at, traceparent, created_at, sender"
 )
 
 
 def message_row(row: Sequence[Any], offset: int = 0) -> MessageRow:
-    r = tuple(row)[offset : offset + 14]
+    r = tuple(row)[offset : offset + 16]
     return MessageRow(
         id=r[0],
         actor_pk=int(r[1]),
@@ -138,6 +148,8 @@ def message_row(row: Sequence[Any], offset: int = 0) -> MessageRow:
         error=r[11],
         available_at=int(r[12]),
         traceparent=r[13],
+        created_at=None if r[14] is None else int(r[14]),
+        sender=r[15],
     )
 
 
@@ -164,6 +176,7 @@ def scheduled_message(
     idempotency_key: str | None,
     available_at: int,
     traceparent: str | None = None,
+    sender: str | None = None,
 ) -> MessageRow:
     """A new message, not yet in the ordered mailbox (no sequence number)."""
     return MessageRow(
@@ -181,4 +194,5 @@ def scheduled_message(
         error=None,
         available_at=available_at,
         traceparent=traceparent,
+        sender=sender,
     )

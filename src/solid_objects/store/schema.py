@@ -30,7 +30,7 @@ from .admin import define_admin_tables, migrate_admin_tables
 from .dialect import Dialect
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 def _ident(length: int) -> String:
@@ -107,6 +107,9 @@ def build_metadata(prefix: str) -> MetaData:
         # sending turn's seq and staging index, or the sending process's counter.
         # Promotion enters due messages by (available_at, send_order, id).
         Column("send_order", BigInteger, nullable=True),
+        # Who sent it (schema 7), as JSON: another actor's type and id, a reminder's
+        # operation and key, an effect's callback; NULL for a caller outside any actor.
+        Column("sender", Text, nullable=True),
         UniqueConstraint("actor_pk", "seq", name=f"{prefix}messages_mailbox"),
         # Partial where the database supports it, so the common message (no key,
         # never delayed, never dead) writes no entry into these indexes.
@@ -279,6 +282,18 @@ def _migrate_to_6(conn: Connection, md: MetaData) -> None:
         conn.execute(text(f"ALTER TABLE {table} ADD COLUMN send_order BIGINT NULL"))
 
 
+def _migrate_to_7(conn: Connection, md: MetaData) -> None:
+    """Who sent each message: ``messages.sender`` (``self.current_message.sender``).
+
+    Rows written before it have NULL there and read as sent by a caller.
+    """
+    from sqlalchemy import inspect
+
+    table = f"{md.info['prefix']}messages"
+    if "sender" not in {c["name"] for c in inspect(conn).get_columns(table)}:
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN sender TEXT NULL"))
+
+
 #: Ordered migrations: entry ``n`` brings the schema from version ``n`` to ``n + 1``.
 MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_1,
@@ -287,6 +302,7 @@ MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_4,
     _migrate_to_5,
     _migrate_to_6,
+    _migrate_to_7,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
