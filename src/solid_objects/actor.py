@@ -116,14 +116,19 @@ class Actor:
         key: str | None = None,
         every: timedelta | float | None = None,
         missed: Literal["latest", "all"] = "latest",
+        cron: str | None = None,
+        timezone: str | None = None,
     ) -> _Scheduler:
         """Stage a reminder: ``self.schedule(delay=timedelta(days=3)).follow_up()``.
 
         One reminder per (actor, operation, key): scheduling it again moves it. With
         ``every`` it recurs; after downtime ``missed="latest"`` fires once,
-        ``missed="all"`` fires every missed occurrence.
+        ``missed="all"`` fires every missed occurrence. ``cron="0 9 * * MON"`` with
+        ``timezone="Europe/Paris"`` (default UTC) recurs on a cron schedule instead,
+        evaluated in that zone (DST included), with the same ``missed`` policy.
         """
-        return _Scheduler(dict(at=at, delay=delay, key=key, every=every, missed=missed))
+        options = dict(at=at, delay=delay, key=key, every=every, missed=missed)
+        return _Scheduler({**options, "cron": cron, "timezone": timezone})
 
     def cancel_schedule(self, operation: str | Callable[..., Any], key: str | None = None) -> None:
         """Stage the removal of the reminder for ``operation`` (and ``key``), if any."""

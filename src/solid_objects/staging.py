@@ -76,6 +76,10 @@ class StagedReminder:
     delay_ms: int
     every_ms: int | None
     missed: Literal["latest", "all"]
+    #: A cron schedule instead of at/delay/every: the first due time is computed from
+    #: the commit's database clock.
+    cron: str | None = None
+    timezone: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,13 +229,24 @@ def schedule(
     key: str | None,
     every: timedelta | float | None,
     missed: str,
+    cron: str | None = None,
+    timezone: str | None = None,
 ) -> None:
     staged = current()
     target = staged.definition.operation(operation)
     if target is None or target.is_query:
         raise UnknownOperation(f"{staged.definition.actor_type} has no operation {operation!r}")
-    if (at is None) == (delay is None):
-        raise InvalidArguments("schedule() takes exactly one of at= and delay=")
+    if cron is not None:
+        if at is not None or delay is not None or every is not None:
+            raise InvalidArguments("schedule(cron=...) takes no at=, delay= or every=")
+        from . import cron as crontab
+
+        timezone = "UTC" if timezone is None else timezone
+        crontab.check(cron, timezone)
+    elif timezone is not None:
+        raise InvalidArguments("schedule(timezone=...) is only for cron= schedules")
+    elif (at is None) == (delay is None):
+        raise InvalidArguments("schedule() takes exactly one of at=, delay= and cron=")
     if missed not in ("latest", "all"):
         raise InvalidArguments("missed must be 'latest' or 'all'")
     at_ms = None
@@ -251,6 +266,8 @@ def schedule(
             delay_ms=0 if delay is None else _milliseconds(delay, "delay"),
             every_ms=every_ms,
             missed=missed,  # type: ignore[arg-type]
+            cron=cron,
+            timezone=timezone,
         )
     )
 

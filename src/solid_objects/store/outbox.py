@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..cron import next_after
 from ..staging import MAX_MESSAGES_PER_TURN, CancelledReminder, Staged
 from .dialect import Tx
 from .rows import encode_sender
@@ -50,6 +51,9 @@ class ReminderRow:
     every_ms: int | None
     missed: str
     version: int
+    #: A cron schedule (schema 8) instead of ``every_ms``: expression and IANA zone.
+    cron: str | None = None
+    timezone: str | None = None
 
 
 _EFFECT_COLS = (
@@ -57,7 +61,8 @@ _EFFECT_COLS = (
     "on_failure, attempts, traceparent"
 )
 _REMINDER_COLS = (
-    "actor_pk, actor_type, actor_id, operation, rkey, arguments, due_at, every_ms, missed, version"
+    "actor_pk, actor_type, actor_id, operation, rkey, arguments, due_at, every_ms, missed, "
+    "version, cron, cron_tz"
 )
 
 
@@ -71,6 +76,7 @@ class OutboxStatements:
 
     enqueue: Callable[..., Enqueued]
     enqueue_later: Callable[..., MessageRow]
+    now: Callable[[Tx], int]
 
     # --- writing what a turn staged -------------------------------------------------
 
@@ -124,12 +130,17 @@ class OutboxStatements:
                     where,
                 )
                 continue
+            at_ms = change.at_ms
+            if change.cron is not None:  # the first occurrence after the database's now
+                at_ms = next_after(change.cron, change.timezone or "UTC", self.now(tx))
             values = {
                 **where,
                 "t": actor_type,
                 "i": actor_id,
                 "args": change.arguments,
-                "at": change.at_ms,
+                "at": at_ms,
+                "cron": change.cron,
+                "tz": change.timezone if change.cron is not None else None,
                 "delay": change.delay_ms,
                 "every": change.every_ms,
                 "missed": change.missed,
@@ -137,16 +148,16 @@ class OutboxStatements:
             moved = tx.run(
                 "UPDATE {reminders} SET arguments = :args, "
                 "due_at = COALESCE(:at, {now} + :delay), every_ms = :every, missed = :missed, "
-                "version = version + 1, updated_at = {now} "
+                "cron = :cron, cron_tz = :tz, version = version + 1, updated_at = {now} "
                 "WHERE actor_pk = :pk AND operation = :op AND rkey = :key",
                 values,
             )
             if moved == 0:
                 tx.run(
                     "INSERT INTO {reminders} (actor_pk, operation, rkey, actor_type, actor_id, "
-                    "arguments, due_at, every_ms, missed, version, created_at, updated_at) "
-                    "VALUES (:pk, :op, :key, :t, :i, :args, COALESCE(:at, {now} + :delay), "
-                    ":every, :missed, 1, {now}, {now})",
+                    "arguments, due_at, every_ms, missed, cron, cron_tz, version, created_at, "
+                    "updated_at) VALUES (:pk, :op, :key, :t, :i, :args, "
+                    "COALESCE(:at, {now} + :delay), :every, :missed, :cron, :tz, 1, {now}, {now})",
                     values,
                 )
         sender = encode_sender("actor", actor_type=actor_type, actor_id=actor_id)
@@ -277,6 +288,8 @@ class OutboxStatements:
                 None if r[7] is None else int(r[7]),
                 r[8],
                 int(r[9]),
+                r[10],
+                r[11],
             )
             for r in rows
         ]
@@ -298,7 +311,17 @@ class OutboxStatements:
             "v": reminder.version,
         }
         where = "WHERE actor_pk = :pk AND operation = :op AND rkey = :key AND version = :v"
-        if reminder.every_ms is None:
+        if reminder.cron is not None:
+            tz = reminder.timezone or "UTC"
+            # "all": the next occurrence after this one; "latest": the first after now,
+            # so the missed ones collapse into this firing.
+            after = reminder.due_at if reminder.missed == "all" else max(now, reminder.due_at)
+            changed = tx.run(
+                "UPDATE {reminders} SET due_at = :next, version = version + 1, "
+                "updated_at = {now} " + where,
+                {**key, "next": next_after(reminder.cron, tz, after)},
+            )
+        elif reminder.every_ms is None:
             changed = tx.run("DELETE FROM {reminders} " + where, key)
         else:
             every = reminder.every_ms

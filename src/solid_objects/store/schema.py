@@ -30,7 +30,7 @@ from .admin import define_admin_tables, migrate_admin_tables
 from .dialect import Dialect
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 def _ident(length: int) -> String:
@@ -183,6 +183,9 @@ def build_metadata(prefix: str) -> MetaData:
         Column("arguments", _big_text(), nullable=False),
         Column("due_at", BigInteger, nullable=False),
         Column("every_ms", BigInteger, nullable=True),
+        # A cron schedule instead of every_ms (schema 8): expression and IANA zone name.
+        Column("cron", String(255), nullable=True),
+        Column("cron_tz", String(64), nullable=True),
         # latest | all
         Column("missed", String(8), nullable=False),
         # Bumped by every reschedule and every firing: a firing only applies to the
@@ -294,6 +297,17 @@ def _migrate_to_7(conn: Connection, md: MetaData) -> None:
         conn.execute(text(f"ALTER TABLE {table} ADD COLUMN sender TEXT NULL"))
 
 
+def _migrate_to_8(conn: Connection, md: MetaData) -> None:
+    """Cron reminders: ``reminders.cron`` and its zone, ``reminders.cron_tz``."""
+    from sqlalchemy import inspect
+
+    table = f"{md.info['prefix']}reminders"
+    columns = {c["name"] for c in inspect(conn).get_columns(table)}
+    for column, size in (("cron", 255), ("cron_tz", 64)):
+        if column not in columns:
+            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} VARCHAR({size}) NULL"))
+
+
 #: Ordered migrations: entry ``n`` brings the schema from version ``n`` to ``n + 1``.
 MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_1,
@@ -303,6 +317,7 @@ MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_5,
     _migrate_to_6,
     _migrate_to_7,
+    _migrate_to_8,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
