@@ -1,0 +1,217 @@
+"""Django integration: an app for ``INSTALLED_APPS``, a runtime built from ``DATABASES``.
+
+::
+
+    INSTALLED_APPS = [..., "solid_objects.contrib.django"]
+    SOLID_OBJECTS = {"DATABASE": "default", "OPTIONS": {"workers": 4}}
+
+    from solid_objects.contrib.django import ref, send_on_commit
+    ref(Cart, "c1").add(sku="tea")
+
+The runtime is built from ``DATABASES[alias]`` on first use, not at import, and is
+built again whenever that alias's ``NAME`` changes: Django's test runner (and
+pytest-django) rename the database to the test database before any test runs, so
+the runtime follows it and ``manage.py test`` never writes into the development
+database. Hold no runtime at import time; call :func:`runtime` or :func:`ref` where
+it is used.
+
+``manage.py migrate`` creates the library's tables (this app's migration calls
+``install()``), ``manage.py solid_objects worker`` runs the dedicated worker, and
+:func:`send_on_commit` sends once the surrounding ``transaction.atomic()`` commits.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any, Protocol, TypeVar
+
+from sqlalchemy.engine import URL
+
+from ...actor import Actor
+from ...errors import ConfigurationError
+from ...ref import Ref
+from ...runtime import Runtime
+
+__all__ = ["build_runtime", "close", "database_url", "ref", "runtime", "send_on_commit", "settings"]
+
+A = TypeVar("A", bound=Actor)
+
+#: Django's OPTIONS for PostgreSQL that configure Django itself, not the libpq connection.
+_DJANGO_ONLY_OPTIONS = {"isolation_level", "server_side_binding", "pool", "assume_role"}
+
+_lock = threading.RLock()
+_current: tuple[URL, Runtime] | None = None
+_started = False
+
+
+class Sendable(Protocol):
+    """An operation of a ref (``ref(Cart, "c1").add``): what :func:`send_on_commit` sends."""
+
+    def send(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+def settings() -> dict[str, Any]:
+    """``settings.SOLID_OBJECTS`` with its defaults: ``DATABASE``, ``OPTIONS``, ``ADMIN_POLICY``."""
+    from django.conf import settings as django_settings
+
+    configured = getattr(django_settings, "SOLID_OBJECTS", None) or {}
+    if not isinstance(configured, Mapping):
+        raise ConfigurationError("settings.SOLID_OBJECTS must be a dict")
+    unknown = set(configured) - {"DATABASE", "OPTIONS", "ADMIN_POLICY"}
+    if unknown:
+        raise ConfigurationError(
+            f"settings.SOLID_OBJECTS has unknown keys {sorted(unknown)}; known: DATABASE "
+            "(an alias of DATABASES), OPTIONS (Runtime options), ADMIN_POLICY (the "
+            "administration policy, or the dotted path of one)"
+        )
+    options = configured.get("OPTIONS") or {}
+    if not isinstance(options, Mapping):
+        raise ConfigurationError("settings.SOLID_OBJECTS['OPTIONS'] must be a dict")
+    policy = configured.get("ADMIN_POLICY")
+    if isinstance(policy, str):
+        from django.utils.module_loading import import_string
+
+        try:
+            policy = import_string(policy.replace(":", "."))
+        except ImportError as exc:
+            raise ConfigurationError(f"SOLID_OBJECTS['ADMIN_POLICY']: {exc}") from None
+    if policy is not None and not callable(policy):
+        raise ConfigurationError(
+            "SOLID_OBJECTS['ADMIN_POLICY'] must be a policy (e.g. solid_objects.admin.allow"
+            f"({{'cli:*': 'read'}})) or the dotted path of one, not {policy!r}"
+        )
+    return {
+        "DATABASE": str(configured.get("DATABASE", "default")),
+        "OPTIONS": dict(options),
+        "ADMIN_POLICY": policy,
+    }
+
+
+def database_url(alias: str | None = None) -> URL:
+    """The SQLAlchemy URL of ``DATABASES[alias]`` as Django sees it now.
+
+    Read from ``connections[alias].settings_dict``, which Django's test runner points
+    at the test database. An in-memory SQLite database (Django's default test
+    database for SQLite) is private to one connection, so the runtime could not share
+    it: that is refused, naming the ``TEST`` setting that gives it a file.
+    """
+    from django.db import connections
+
+    alias = alias or settings()["DATABASE"]
+    try:
+        # The dict each connection's settings_dict is (the test runner renames NAME in
+        # it), read without loading the backend's driver.
+        config = connections.settings[alias]
+    except KeyError:
+        raise ConfigurationError(f"settings.DATABASES has no alias {alias!r}") from None
+    engine = str(config.get("ENGINE", ""))
+    name = str(config.get("NAME") or "")
+    vendor = engine.rsplit(".", 1)[-1]
+    if vendor == "sqlite3":
+        if not name or name == ":memory:" or "mode=memory" in name:
+            raise ConfigurationError(
+                f"DATABASES[{alias!r}] is an in-memory SQLite database ({name or 'no NAME'}), "
+                "which only one connection can see and the runtime cannot share. Give it a "
+                f"file: NAME = BASE_DIR / 'db.sqlite3', and for tests "
+                f"DATABASES[{alias!r}]['TEST'] = {{'NAME': BASE_DIR / 'test.sqlite3'}}"
+            )
+        return URL.create("sqlite", database=name)
+    options = dict(config.get("OPTIONS") or {})
+    if vendor == "postgresql":
+        drivername = "postgresql+psycopg"
+        query = {k: v for k, v in options.items() if k not in _DJANGO_ONLY_OPTIONS}
+    elif vendor == "mysql":
+        drivername = "mysql+pymysql"
+        query = {k: v for k, v in options.items() if k == "charset"}
+    else:
+        raise ConfigurationError(
+            f"DATABASES[{alias!r}] uses {engine!r}; the runtime supports Django's sqlite3, "
+            "postgresql and mysql backends"
+        )
+    for key, value in query.items():
+        if not isinstance(value, str | int | float):
+            raise ConfigurationError(
+                f"DATABASES[{alias!r}]['OPTIONS'][{key!r}] is a {type(value).__name__}; "
+                "only text and numbers pass to the runtime's connection"
+            )
+    port = config.get("PORT")
+    return URL.create(
+        drivername,
+        username=config.get("USER") or None,
+        password=config.get("PASSWORD") or None,
+        host=config.get("HOST") or None,
+        port=int(port) if port else None,
+        database=name,
+        query={k: str(v) for k, v in query.items()},
+    )
+
+
+def build_runtime() -> Runtime:
+    """A new runtime on the configured database (the caller owns and closes it)."""
+    configured = settings()
+    built = Runtime(database_url(configured["DATABASE"]), **configured["OPTIONS"])
+    if configured["ADMIN_POLICY"] is not None:
+        built.admin.set_policy(configured["ADMIN_POLICY"])
+    return built
+
+
+def runtime() -> Runtime:
+    """The process's runtime on ``DATABASES[SOLID_OBJECTS['DATABASE']]``, built on first use.
+
+    When the alias's database changed since it was built (the test runner switched to
+    the test database), the old runtime is closed and a new one is built on the new
+    database. ``solid_objects.contrib.django:runtime`` is the ``MODULE:RUNTIME`` target
+    the ``solid-objects`` command line accepts too.
+    """
+    global _current, _started
+    url = database_url()
+    with _lock:
+        if _current is not None and _current[0] != url:
+            _current[1].close()
+            _current, _started = None, False
+        if _current is None:
+            _current = (url, build_runtime())
+        return _current[1]
+
+
+def ref(cls: type[A], actor_id: str) -> Ref[A]:
+    """``runtime().ref(cls, actor_id)``, starting the runtime in this process on first use.
+
+    Started here, never at import or in ``AppConfig.ready``: ``runserver``'s reloader
+    parent and a pre-forking server's master never serve, so they never run workers.
+    ``OPTIONS = {"workers": 0}`` makes a process a caller only.
+    """
+    global _started
+    with _lock:
+        current = runtime()
+        if not _started:
+            current.start()
+            _started = True
+    return current.ref(cls, actor_id)
+
+
+def close() -> None:
+    """Finish in-flight turns, release leases and close the pool (the next use restarts)."""
+    global _current, _started
+    with _lock:
+        if _current is not None:
+            _current[1].close()
+        _current, _started = None, False
+
+
+def send_on_commit(
+    operation: Sendable, /, *args: Any, using: str | None = None, **kwargs: Any
+) -> None:
+    """Send ``operation(*args, **kwargs)`` once Django's transaction on ``using`` commits.
+
+    Inside ``transaction.atomic()`` a rollback sends nothing; outside one (autocommit)
+    it sends now. It is ``transaction.on_commit``: the send happens after the
+    application's commit, so a process that dies between the two loses the message
+    (at most once). Where a message must commit with the rows, send it from a turn.
+    """
+    from django.db import transaction
+
+    transaction.on_commit(
+        lambda: operation.send(*args, **kwargs), using=using or settings()["DATABASE"]
+    )

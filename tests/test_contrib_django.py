@@ -1,0 +1,272 @@
+"""solid_objects.contrib.django: a real Django project (tests/apps/djangoproject) in subprocesses.
+
+On SQLite and PostgreSQL (Django's MySQL backend needs mysqlclient, which the
+library does not use): ``manage.py migrate`` installs the tables, ``manage.py test``
+runs the project's own tests with the runtime on the *test* database (and none of
+its rows reach the development database), ``send_on_commit`` inside
+``transaction.atomic()`` (in the project's tests.py), and ``manage.py solid_objects
+worker`` runs turns and exits 0 on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import sqlalchemy
+from sqlalchemy.engine import URL, make_url
+
+from solid_objects.cli.main import main
+from solid_objects.contrib.django.management.commands.solid_objects import TARGET, with_target
+
+from .conftest import BACKENDS
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = ROOT / "tests" / "apps" / "djangoproject"
+DJANGO_BACKENDS = [b for b in BACKENDS if b != "mysql"]
+STEP = 120
+
+
+@dataclass
+class Project:
+    """The test project on one backend: its environment and its two databases."""
+
+    env: dict[str, str]
+    dev_url: URL
+    test_url: URL
+
+    def manage(
+        self, *args: str, timeout: float = STEP, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=PROJECT,
+            env={**self.env, **env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "manage.py", *args],
+            cwd=PROJECT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+
+    def rows(self, url: URL, table: str) -> int | None:
+        """Rows of ``table`` in the database at ``url``; None when the table is not there."""
+        engine = sqlalchemy.create_engine(url)
+        try:
+            with engine.connect() as db:
+                if not sqlalchemy.inspect(db).has_table(table):
+                    return None
+                return int(
+                    db.execute(sqlalchemy.text(f"SELECT count(*) FROM {table}")).scalar_one()
+                )
+        finally:
+            engine.dispose()
+
+
+@pytest.fixture(params=DJANGO_BACKENDS)
+def project(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Project]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(PROJECT)]),
+        "SHOP_DIR": str(tmp_path),
+        "SOLID_WORKERS": "2",
+    }
+    if request.param == "sqlite":
+        env["SHOP_DATABASE"] = "sqlite"
+        yield Project(
+            env,
+            URL.create("sqlite", database=str(tmp_path / "db.sqlite3")),
+            URL.create("sqlite", database=str(tmp_path / "test.sqlite3")),
+        )
+        return
+    server = make_url(os.environ["SOLID_TEST_POSTGRES_URL"])
+    name = f"dj_{uuid.uuid4().hex[:12]}"
+    admin = sqlalchemy.create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as db:
+        db.exec_driver_sql(f"CREATE DATABASE {name}")
+    env.update(
+        SHOP_DATABASE="postgresql",
+        SHOP_PG_NAME=name,
+        SHOP_PG_USER=server.username or "",
+        SHOP_PG_PASSWORD=server.password or "",
+        SHOP_PG_HOST=server.host or "",
+        SHOP_PG_PORT=str(server.port or ""),
+    )
+    try:
+        yield Project(env, server.set(database=name), server.set(database=f"{name}_test"))
+    finally:
+        with admin.connect() as db:
+            for database in (name, f"{name}_test"):
+                db.exec_driver_sql(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        admin.dispose()
+
+
+def migrate(project: Project) -> None:
+    done = project.manage("migrate", "--noinput")
+    assert done.returncode == 0, done.stderr
+    assert "Applying solid_objects.0001_initial... OK" in done.stdout, done.stdout
+
+
+def test_migrate_installs_the_library_tables(project: Project) -> None:
+    assert project.rows(project.dev_url, "solid_messages") is None
+    migrate(project)
+    assert project.rows(project.dev_url, "solid_messages") == 0
+    assert project.rows(project.dev_url, "solid_actors") == 0
+    again = project.manage("migrate", "--noinput")
+    assert again.returncode == 0, again.stderr
+    assert "No migrations to apply" in again.stdout
+
+
+def test_manage_py_test_runs_the_runtime_on_the_test_database(project: Project) -> None:
+    """The issue's bug: ``manage.py test`` wrote into the development database."""
+    migrate(project)
+    kept = project.manage("test", "--keepdb", "--noinput", "-v", "2")
+    assert kept.returncode == 0, kept.stderr
+    assert "Ran 3 tests" in kept.stderr and "OK" in kept.stderr, kept.stderr
+    # The turns ran on the test database ...
+    assert project.rows(project.test_url, "solid_messages") == 4
+    assert (project.rows(project.test_url, "solid_actors") or 0) >= 3
+    # ... and the development database did not see one row.
+    assert project.rows(project.dev_url, "solid_messages") == 0
+    assert project.rows(project.dev_url, "solid_actors") == 0
+
+    # Without --keepdb Django drops the test database at the end: the runner closed the
+    # runtime's connections first (PostgreSQL refuses to drop a database in use).
+    dropped = project.manage("test", "--noinput")
+    assert dropped.returncode == 0, dropped.stderr
+    assert "Traceback" not in dropped.stderr, dropped.stderr
+    assert project.rows(project.dev_url, "solid_messages") == 0
+
+
+def test_the_worker_command_runs_turns_and_exits_0_on_sigterm(project: Project) -> None:
+    migrate(project)
+    worker = project.popen("solid_objects", "worker", "--workers", "1")
+    try:
+        call = project.manage(
+            "shell",
+            "-c",
+            "from solid_objects.contrib.django import runtime\n"
+            "from shop.actors import DjangoTally\n"
+            "print(runtime().ref(DjangoTally, 'w').add.send(n=3).wait(timeout=60))",
+            SOLID_WORKERS="0",  # a caller only: the worker process runs the turn
+        )
+        assert call.returncode == 0, call.stderr
+        assert call.stdout.strip().splitlines()[-1] == "3", call.stdout
+        assert worker.poll() is None
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            _, stderr = worker.communicate(timeout=STEP)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            raise AssertionError("the worker did not exit after SIGTERM") from None
+    assert worker.returncode == 0, stderr
+    assert "types ('DjangoTally',)" in stderr, stderr
+    assert "Traceback" not in stderr, stderr
+
+
+def test_the_operator_commands_run_on_the_project_runtime(project: Project) -> None:
+    migrate(project)
+    status = project.manage("solid_objects", "--log-level", "warning", "status", "--json")
+    assert status.returncode == 0, status.stderr
+    assert isinstance(json.loads(status.stdout), dict)
+    listed = project.manage("solid_objects", "dead-letters", "list")
+    assert listed.returncode == 0, listed.stderr
+
+
+def test_the_target_goes_where_each_command_expects_it() -> None:
+    assert with_target(main, ["worker", "--workers", "2"]) == ["worker", TARGET, "--workers", "2"]
+    assert with_target(main, ["--log-level", "info", "dead-letters", "list", "--limit", "5"]) == [
+        "--log-level",
+        "info",
+        "dead-letters",
+        "list",
+        TARGET,
+        "--limit",
+        "5",
+    ]
+    assert with_target(main, ["--log-level=info", "doctor"]) == [
+        "--log-level=info",
+        "doctor",
+        TARGET,
+    ]
+    assert with_target(main, ["quickstart"]) == ["quickstart"]  # takes no target
+    assert with_target(main, ["nonsense"]) == ["nonsense"]  # click reports it
+    assert with_target(main, ["--help"]) == ["--help"]
+
+
+SETTINGS_PROBE = """
+import json, django
+from django.conf import settings
+settings.configure(DATABASES=json.loads(__import__("sys").argv[1]), INSTALLED_APPS=[])
+django.setup()
+from solid_objects.contrib.django import database_url
+from solid_objects.errors import ConfigurationError
+try:
+    print(database_url("default").render_as_string(hide_password=False))
+except ConfigurationError as exc:
+    print("ConfigurationError:", exc)
+"""
+
+
+def database_url_of(default: dict[str, object]) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", SETTINGS_PROBE, json.dumps({"default": default})],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        capture_output=True,
+        text=True,
+        timeout=STEP,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_databases_settings_become_sqlalchemy_urls() -> None:
+    assert (
+        database_url_of(
+            {
+                "ENGINE": "django.db.backends.postgresql",
+                "NAME": "shop",
+                "USER": "web",
+                "PASSWORD": "s3cret",
+                "HOST": "db",
+                "PORT": "5433",
+                "OPTIONS": {"sslmode": "require", "isolation_level": 2},
+            }
+        )
+        == "postgresql+psycopg://web:s3cret@db:5433/shop?sslmode=require"
+    )
+    assert (
+        database_url_of({"ENGINE": "django.db.backends.mysql", "NAME": "shop", "HOST": "db"})
+        == "mysql+pymysql://db/shop"
+    )
+    assert (
+        database_url_of({"ENGINE": "django.db.backends.sqlite3", "NAME": "/srv/app/db.sqlite3"})
+        == "sqlite:////srv/app/db.sqlite3"
+    )
+
+
+def test_an_in_memory_sqlite_database_is_refused_with_the_setting_to_change() -> None:
+    for name in (":memory:", "file:memorydb_default?mode=memory&cache=shared"):
+        refused = database_url_of({"ENGINE": "django.db.backends.sqlite3", "NAME": name})
+        assert refused.startswith("ConfigurationError: DATABASES['default'] is an in-memory")
+        assert "['TEST'] = {'NAME':" in refused
+    oracle = database_url_of({"ENGINE": "django.db.backends.oracle", "NAME": "x"})
+    assert oracle.startswith("ConfigurationError: DATABASES['default'] uses")
