@@ -18,7 +18,7 @@ _started = threading.Event()
 _release = threading.Event()
 
 
-class Inbox(Actor):
+class BoundedInbox(Actor):
     items: list[str] = []
 
     def put(self, item: str) -> int:
@@ -35,7 +35,7 @@ def test_an_enqueue_past_the_limit_raises_mailbox_full_and_writes_nothing(
     make_runtime: Callable[..., Runtime],
 ) -> None:
     rt = make_runtime(workers=0, max_mailbox_length=2)
-    box = rt.ref(Inbox, "b")
+    box = rt.ref(BoundedInbox, "b")
     first = box.put.send(item="a")
     box.put.send(item="b")
     with pytest.raises(MailboxFull):
@@ -44,7 +44,7 @@ def test_an_enqueue_past_the_limit_raises_mailbox_full_and_writes_nothing(
         box.put.with_options(idempotency_key="new").send(item="c")
     assert count_rows(rt, "messages") == 2
     # another actor's mailbox is its own
-    rt.ref(Inbox, "other").put.send(item="x")
+    rt.ref(BoundedInbox, "other").put.send(item="x")
     # a delayed send waits outside the mailbox: not refused
     box.put.with_options(delay=3600).send(item="later")
     assert count_rows(rt, "messages") == 4
@@ -58,7 +58,7 @@ def test_an_idempotent_duplicate_is_answered_even_when_full(
     make_runtime: Callable[..., Runtime],
 ) -> None:
     rt = make_runtime(workers=0, max_mailbox_length=1)
-    box = rt.ref(Inbox, "dup")
+    box = rt.ref(BoundedInbox, "dup")
     sent = box.put.with_options(idempotency_key="k").send(item="a")
     again = box.put.with_options(idempotency_key="k").send(item="a")
     assert again.id == sent.id
@@ -71,7 +71,7 @@ def test_a_running_message_counts_and_the_held_fast_path_refuses_too(
     _started.clear()
     _release.clear()
     with make_runtime(workers=2, max_mailbox_length=2) as rt:
-        box = rt.ref(Inbox, "held")
+        box = rt.ref(BoundedInbox, "held")
         running = box.hold.send()
         assert _started.wait(30)
         queued = box.put.send(item="a")  # running + this one = 2
@@ -92,7 +92,7 @@ def test_the_application_transaction_path_is_refused_too(
     make_runtime: Callable[..., Runtime], db_url: str
 ) -> None:
     rt = make_runtime(workers=0, max_mailbox_length=1)
-    box = rt.ref(Inbox, "conn")
+    box = rt.ref(BoundedInbox, "conn")
     box.put.send(item="a")
     engine = create_engine(db_url)
     try:
@@ -108,7 +108,7 @@ def test_the_application_transaction_path_is_refused_too(
 def test_unbounded_and_bad_limits(make_runtime: Callable[..., Runtime]) -> None:
     rt = make_runtime(workers=0, max_mailbox_length=None)
     for n in range(3):
-        rt.ref(Inbox, "free").put.send(item=str(n))
+        rt.ref(BoundedInbox, "free").put.send(item=str(n))
     assert count_rows(rt, "messages") == 3
     for bad in (0, -1, 1.5, "10"):
         with pytest.raises(ConfigurationError):
