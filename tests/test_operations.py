@@ -254,7 +254,9 @@ def test_reconciliation_reads(rt: Runtime) -> None:
 def test_a_worker_process_registers_heartbeats_and_signs_off(
     make_runtime: Callable[..., Runtime],
 ) -> None:
-    rt = make_runtime(workers=1, lease_duration=0.3, actors=[Counter])
+    # The lease (and so the heartbeat's expiry) is long enough that a loaded CI machine
+    # cannot make the process look stale between its start and the first read.
+    rt = make_runtime(workers=1, lease_duration=3.0, actors=[Counter])
     admin = ops(rt)
     with rt:
         (proc,) = admin.list_processes().items
