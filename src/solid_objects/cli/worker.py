@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import click
 
@@ -36,6 +40,39 @@ def worker(
     On the first signal the worker finishes in-flight turns, releases its
     leases so other workers take over at once, and exits 0.
     """
+    with _stop_signals_remembered() as stop_early:
+        _run_worker(target, workers, install, health_port, health_host, stop_early)
+
+
+@contextmanager
+def _stop_signals_remembered() -> Iterator[threading.Event]:
+    """Remember a SIGTERM/SIGINT that arrives before the worker loop runs.
+
+    Loading the application and installing take a while; a supervisor's SIGTERM in that
+    window used to end the process by the signal (exit -15, before ``close()``). With
+    this the command stops cleanly and exits 0, as after a signal during ``run()``
+    (which installs its own handlers while it runs).
+    """
+    stop_early = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop_early.set())
+        for sig in (signal.SIGTERM, signal.SIGINT)
+    }
+    try:
+        yield stop_early
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run_worker(
+    target: str,
+    workers: int | None,
+    install: bool,
+    health_port: int | None,
+    health_host: str,
+    stop_early: threading.Event,
+) -> None:
     runtime = load_runtime(target)
     if workers is not None:
         if workers < 1:
@@ -70,6 +107,9 @@ def worker(
                 ) from None
             host, port = (str(part) for part in server.server_address[:2])
             click.echo(f"health check on http://{host}:{port}/healthz", err=True)
+        if stop_early.is_set():
+            click.echo("stopped before the worker loop started (signal)", err=True)
+            return
         runtime.run()
     except SchemaNotInstalled as exc:
         click.echo(
