@@ -35,6 +35,9 @@ class Options:
     retry_max_delay: float = 30.0
     #: Turns one activation runs before other actors get a worker (fairness).
     max_turns_per_activation: int = 64
+    #: Seconds one activation may keep its worker in one pass before other actors get a
+    #: turn (checked after each committed turn; None: only ``max_turns_per_activation``).
+    max_activation_seconds: float | None = 1.0
     #: Seconds an idle activation keeps its lease and cached state before releasing them.
     idle_timeout: float = 10.0
     #: Threads running effect handlers in this process.
@@ -130,6 +133,8 @@ class Options:
             positive("pool_size", integer=True)
         if self.max_mailbox_length is not None:
             positive("max_mailbox_length", integer=True)
+        if self.max_activation_seconds is not None:
+            positive("max_activation_seconds")
         positive("workers", integer=True, zero=True)
         for name in (
             "max_attempts",

@@ -6,8 +6,9 @@ A worker takes several queued activations, runs the head message of each
 outside any transaction, and commits all those turns in one transaction,
 each fenced by its own lease; the commit also reads each actor's next
 message, so a warm actor's next turn costs no extra round trip. An activation
-runs at most ``max_turns_per_activation`` turns before going to the back of
-the queue, so one busy actor cannot starve the others. The poller (see
+runs at most ``max_turns_per_activation`` turns, and for at most
+``max_activation_seconds``, before going to the back of the queue, so one busy
+actor cannot starve the others. The poller (see
 ``poller``) feeds the queue with work from other processes.
 """
 
@@ -406,9 +407,12 @@ class WorkerPool(DirectTurns, CommitsApart):
         """Run turns for several activations; one transaction commits a turn of each.
 
         Each activation runs until its mailbox is empty or it used its fair share
-        (``max_turns_per_activation``), then goes idle or to the back of the queue.
+        (``max_turns_per_activation`` turns or ``max_activation_seconds``), then goes
+        idle or to the back of the queue.
         """
         turns = dict.fromkeys(acts, 0)
+        share = self.options.max_activation_seconds
+        yield_at = None if share is None else time.monotonic() + share
         active = list(acts)
         total = 0
         while active:
@@ -458,7 +462,9 @@ class WorkerPool(DirectTurns, CommitsApart):
                     continue  # the activation's chain goes on: decide after its last turn
                 if self._stopping.is_set() and self.running:
                     self._finish(act, requeue=False)
-                elif turns[act] >= self.options.max_turns_per_activation:
+                elif turns[act] >= self.options.max_turns_per_activation or (
+                    yield_at is not None and time.monotonic() >= yield_at
+                ):
                     self._finish(act, requeue=act.head is not None)
                 else:
                     active.append(act)
