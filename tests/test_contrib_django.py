@@ -1,11 +1,12 @@
 """solid_objects.contrib.django: a real Django project (tests/apps/djangoproject) in subprocesses.
 
-On SQLite and PostgreSQL (Django's MySQL backend needs mysqlclient, which the
-library does not use): ``manage.py migrate`` installs the tables, ``manage.py test``
-runs the project's own tests with the runtime on the *test* database (and none of
-its rows reach the development database), ``send_on_commit`` inside
-``transaction.atomic()`` (in the project's tests.py), and ``manage.py solid_objects
-worker`` runs turns and exits 0 on SIGTERM.
+On SQLite, PostgreSQL and MariaDB (Django's MySQL backend on PyMySQL through
+``pymysql.install_as_MySQLdb()``, in the project's settings): ``manage.py migrate``
+installs the tables, ``manage.py test`` runs the project's own tests with the runtime
+on the *test* database (and none of its rows reach the development database), the
+outbox on Django's connection and ``send_on_commit`` inside ``transaction.atomic()``
+(in the project's tests.py), and ``manage.py solid_objects worker`` runs turns and
+exits 0 on SIGTERM.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from .conftest import BACKENDS
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ROOT / "tests" / "apps" / "djangoproject"
-DJANGO_BACKENDS = [b for b in BACKENDS if b != "mysql"]
 STEP = 120
 
 
@@ -80,7 +80,7 @@ class Project:
             engine.dispose()
 
 
-@pytest.fixture(params=DJANGO_BACKENDS)
+@pytest.fixture(params=BACKENDS)
 def project(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Project]:
     env = {
         **os.environ,
@@ -96,25 +96,27 @@ def project(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Project]
             URL.create("sqlite", database=str(tmp_path / "test.sqlite3")),
         )
         return
-    server = make_url(os.environ["SOLID_TEST_POSTGRES_URL"])
+    variable = {"postgresql": "SOLID_TEST_POSTGRES_URL", "mysql": "SOLID_TEST_MYSQL_URL"}
+    server = make_url(os.environ[variable[request.param]])
     name = f"dj_{uuid.uuid4().hex[:12]}"
     admin = sqlalchemy.create_engine(server, isolation_level="AUTOCOMMIT")
     with admin.connect() as db:
         db.exec_driver_sql(f"CREATE DATABASE {name}")
     env.update(
-        SHOP_DATABASE="postgresql",
-        SHOP_PG_NAME=name,
-        SHOP_PG_USER=server.username or "",
-        SHOP_PG_PASSWORD=server.password or "",
-        SHOP_PG_HOST=server.host or "",
-        SHOP_PG_PORT=str(server.port or ""),
+        SHOP_DATABASE=request.param,
+        SHOP_DB_NAME=name,
+        SHOP_DB_USER=server.username or "",
+        SHOP_DB_PASSWORD=server.password or "",
+        SHOP_DB_HOST=server.host or "",
+        SHOP_DB_PORT=str(server.port or ""),
     )
+    force = " WITH (FORCE)" if request.param == "postgresql" else ""
     try:
         yield Project(env, server.set(database=name), server.set(database=f"{name}_test"))
     finally:
         with admin.connect() as db:
             for database in (name, f"{name}_test"):
-                db.exec_driver_sql(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+                db.exec_driver_sql(f"DROP DATABASE IF EXISTS {database}{force}")
         admin.dispose()
 
 
@@ -139,9 +141,9 @@ def test_manage_py_test_runs_the_runtime_on_the_test_database(project: Project) 
     migrate(project)
     kept = project.manage("test", "--keepdb", "--noinput", "-v", "2")
     assert kept.returncode == 0, kept.stderr
-    assert "Ran 3 tests" in kept.stderr and "OK" in kept.stderr, kept.stderr
+    assert "Ran 8 tests" in kept.stderr and "OK" in kept.stderr, kept.stderr
     # The turns ran on the test database ...
-    assert project.rows(project.test_url, "solid_messages") == 4
+    assert project.rows(project.test_url, "solid_messages") == 10
     assert (project.rows(project.test_url, "solid_actors") or 0) >= 3
     # ... and the development database did not see one row.
     assert project.rows(project.dev_url, "solid_messages") == 0

@@ -361,23 +361,26 @@ class Client:
         arguments: str,
     ) -> str:
         """Enqueue in the application's transaction; wake workers after its commit."""
-        connection, after_commit = external.resolve(options.connection)
+        joined = external.resolve(options.connection)
         self.ensure_schema()
         observed = self.pool.instrument.enqueue(definition.actor_type, operation.name, message_id)
         done: Future[Enqueued] = Future()
         try:
-            enqueued = self.store.enqueue_in(
-                connection,
-                **self._message_fields(definition, actor_id, operation, message_id, arguments),
-                **_queue_fields(options),
-            )
+            with joined.transaction() as (dbapi_connection, driver_connection):
+                enqueued = self.store.enqueue_on(
+                    joined.dialect_name,
+                    dbapi_connection,
+                    driver_connection,
+                    **self._message_fields(definition, actor_id, operation, message_id, arguments),
+                    **_queue_fields(options),
+                )
         except BaseException as exc:
             done.set_exception(exc)
             observed(done)
             raise
         done.set_result(enqueued)
         observed(done)
-        after_commit(self._committed_elsewhere)
+        joined.after_commit(self._committed_elsewhere)
         return enqueued.message.id
 
     def _message_fields(

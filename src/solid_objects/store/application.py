@@ -1,20 +1,20 @@
 """Enqueue inside the application's own transaction (the application-side outbox).
 
 ``ref.op.with_options(connection=conn).send(...)`` writes the message with the
-statements of an ordinary enqueue, on the DB-API connection under the
-application's SQLAlchemy ``Connection``, inside its transaction: the message
-commits or rolls back with the application's rows. The enqueue never claims the
-actor (a lease taken in somebody else's transaction would be held until they
-commit); workers find the message once it is committed.
+statements of an ordinary enqueue, on the application's own DB-API connection,
+inside its transaction: the message commits or rolls back with the application's
+rows. The connection comes from a SQLAlchemy ``Connection`` or ``Session``, or from a
+framework's connection (``solid_objects.contrib.django``); see
+:mod:`solid_objects.engine.external`. The enqueue never claims the actor (a lease
+taken in somebody else's transaction would be held until they commit); workers find
+the message once it is committed.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection
-
-from ..errors import ConfigurationError, ForeignDatabase
+from ..errors import ForeignDatabase
 from .dialect import Tx
 
 if TYPE_CHECKING:
@@ -27,9 +27,11 @@ def _family(name: str) -> str:
     return _FAMILIES.get(name, name)
 
 
-def enqueue_in(
+def enqueue_on(
     store: Store,
-    connection: Connection,
+    dialect_name: str,
+    dbapi_connection: Any,
+    driver_connection: Any,
     *,
     message_id: str,
     actor_type: str,
@@ -41,30 +43,23 @@ def enqueue_in(
     traceparent: str | None,
     max_length: int | None = None,
 ) -> Enqueued:
-    """Enqueue on ``connection``, in its transaction; nothing is committed here.
+    """Enqueue on the application's DB-API connection, in its transaction; commit nothing.
 
-    Refused with ForeignDatabase when the connection reaches another database (or
-    schema) than the runtime's, checked before anything is written. The writes run
-    under a savepoint, so a refused enqueue (an idempotency conflict) leaves the
-    application's transaction as it was.
+    ``dialect_name`` is the application connection's database family (``sqlite``,
+    ``postgresql``, ``mysql``). Refused with ForeignDatabase when the connection reaches
+    another database (or schema) than the runtime's, checked before anything is
+    written. The writes run under a savepoint, so a refused enqueue (an idempotency
+    conflict) leaves the application's transaction as it was.
     """
-    if _family(connection.dialect.name) != _family(store.engine.dialect.name):
+    if _family(dialect_name) != _family(store.engine.dialect.name):
         raise ForeignDatabase(
-            f"the connection is to a {connection.dialect.name} database, the runtime's "
+            f"the connection is to a {dialect_name} database, the runtime's "
             f"to {store.engine.dialect.name}: enqueue on a connection to the runtime's database"
         )
-    if connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
-        raise ConfigurationError(
-            "the connection is in AUTOCOMMIT mode: there is no transaction for the message "
-            "to commit with"
-        )
-    if not connection.in_transaction():
-        connection.begin()  # what the application's next statement would do (autobegin)
-    raw = connection.connection
-    cursor = raw.dbapi_connection.cursor()  # type: ignore[union-attr]
+    cursor = dbapi_connection.cursor()
     try:
-        store.dialect.join(raw.driver_connection, cursor)
-        tx = Tx(cursor, store.sql, raw)
+        store.dialect.join(driver_connection, cursor)
+        tx = Tx(cursor, store.sql, dbapi_connection)
         where = str(tx.scalar(store.dialect.identity_sql))
         if where != store.identity():
             raise ForeignDatabase(

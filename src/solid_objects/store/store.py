@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from .. import deadline
 from ..errors import DatabaseError
@@ -278,12 +278,16 @@ class Store(
 
     # --- enqueue ----------------------------------------------------------------------
 
-    def enqueue_in(self, connection: Connection, **fields: Any) -> Enqueued:
-        """Enqueue in the application's own transaction on ``connection`` (not committed).
+    def enqueue_on(
+        self, dialect_name: str, dbapi_connection: Any, driver_connection: Any, **fields: Any
+    ) -> Enqueued:
+        """Enqueue in the application's own transaction on its DB-API connection.
 
-        See :func:`~solid_objects.store.application.enqueue_in`.
+        Nothing is committed. See :func:`~solid_objects.store.application.enqueue_on`.
         """
-        return application.enqueue_in(self, connection, **fields)
+        return application.enqueue_on(
+            self, dialect_name, dbapi_connection, driver_connection, **fields
+        )
 
     def identity(self) -> str:
         """Which server, database and schema the runtime's connections reach (cached)."""

@@ -5,8 +5,13 @@
     INSTALLED_APPS = [..., "solid_objects.contrib.django"]
     SOLID_OBJECTS = {"DATABASE": "default", "OPTIONS": {"workers": 4}}
 
-    from solid_objects.contrib.django import ref, send_on_commit
-    ref(Cart, "c1").add(sku="tea")
+    from django.db import connection, transaction
+    from solid_objects.contrib.django import ref
+
+    ref(Cart, "c1").add(sku="tea")                    # a call: waits for the result
+    with transaction.atomic():                         # the application-side outbox:
+        Order.objects.create(cart="c1")                # the message commits with the
+        ref(Cart, "c1").checkout.with_options(connection=connection).send()  # order
 
 The runtime is built from ``DATABASES[alias]`` on first use, not at import, and is
 built again whenever that alias's ``NAME`` changes: Django's test runner (and
@@ -16,8 +21,10 @@ database. Hold no runtime at import time; call :func:`runtime` or :func:`ref` wh
 it is used.
 
 ``manage.py migrate`` creates the library's tables (this app's migration calls
-``install()``), ``manage.py solid_objects worker`` runs the dedicated worker, and
-:func:`send_on_commit` sends once the surrounding ``transaction.atomic()`` commits.
+``install()``), ``manage.py solid_objects worker`` runs the dedicated worker.
+``with_options(connection=django.db.connection)`` enqueues in Django's transaction
+(exactly once with the application's rows, :mod:`.transactions`);
+:func:`send_on_commit` is the alternative that sends after the commit (at most once).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from ...actor import Actor
 from ...errors import ConfigurationError
 from ...ref import Ref
 from ...runtime import Runtime
+from . import transactions
 
 __all__ = ["build_runtime", "close", "database_url", "ref", "runtime", "send_on_commit", "settings"]
 
@@ -39,6 +47,8 @@ A = TypeVar("A", bound=Actor)
 
 #: Django's OPTIONS for PostgreSQL that configure Django itself, not the libpq connection.
 _DJANGO_ONLY_OPTIONS = {"isolation_level", "server_side_binding", "pool", "assume_role"}
+
+transactions.install()  # connection= accepts django.db.connection
 
 _lock = threading.RLock()
 _current: tuple[URL, Runtime] | None = None
@@ -208,7 +218,8 @@ def send_on_commit(
     Inside ``transaction.atomic()`` a rollback sends nothing; outside one (autocommit)
     it sends now. It is ``transaction.on_commit``: the send happens after the
     application's commit, so a process that dies between the two loses the message
-    (at most once). Where a message must commit with the rows, send it from a turn.
+    (at most once). Where a message must commit with the rows, enqueue it in the
+    transaction: ``operation.with_options(connection=django.db.connection).send(...)``.
     """
     from django.db import transaction
 

@@ -1,6 +1,7 @@
 """Settings of the test project: the database comes from the environment.
 
-``SHOP_DATABASE=sqlite`` (files under ``SHOP_DIR``) or ``postgresql`` (``SHOP_PG_*``).
+``SHOP_DATABASE=sqlite`` (files under ``SHOP_DIR``), ``postgresql`` or ``mysql``
+(``SHOP_DB_*``).
 """
 
 import os
@@ -16,16 +17,21 @@ INSTALLED_APPS = ["django.contrib.contenttypes", "solid_objects.contrib.django",
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 TEST_RUNNER = "solid_objects.contrib.django.testing.DiscoverRunner"
 
-if os.environ.get("SHOP_DATABASE", "sqlite") == "postgresql":
+BACKEND = os.environ.get("SHOP_DATABASE", "sqlite")
+if BACKEND in ("postgresql", "mysql"):
+    if BACKEND == "mysql":
+        import pymysql
+
+        pymysql.install_as_MySQLdb()  # Django's MySQL backend on PyMySQL, the library's driver
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": os.environ["SHOP_PG_NAME"],
-            "USER": os.environ.get("SHOP_PG_USER", ""),
-            "PASSWORD": os.environ.get("SHOP_PG_PASSWORD", ""),
-            "HOST": os.environ.get("SHOP_PG_HOST", ""),
-            "PORT": os.environ.get("SHOP_PG_PORT", ""),
-            "TEST": {"NAME": os.environ["SHOP_PG_NAME"] + "_test"},
+            "ENGINE": f"django.db.backends.{BACKEND}",
+            "NAME": os.environ["SHOP_DB_NAME"],
+            "USER": os.environ.get("SHOP_DB_USER", ""),
+            "PASSWORD": os.environ.get("SHOP_DB_PASSWORD", ""),
+            "HOST": os.environ.get("SHOP_DB_HOST", ""),
+            "PORT": os.environ.get("SHOP_DB_PORT", ""),
+            "TEST": {"NAME": os.environ["SHOP_DB_NAME"] + "_test"},
         }
     }
 else:

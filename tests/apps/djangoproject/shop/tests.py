@@ -1,15 +1,24 @@
 """The Django tests ``manage.py test`` runs in tests/test_contrib_django.py."""
 
 import contextlib
+import threading
 
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.test import TestCase, TransactionTestCase
 from sqlalchemy import text
 
 from solid_objects.contrib.django import ref, runtime, send_on_commit
+from solid_objects.errors import ConfigurationError, InvalidArguments
 
 from .actors import DjangoTally
 from .models import Order
+
+
+def seen_by_django(actor_id: str) -> int:
+    """Messages for ``actor_id`` as Django's own connection (its transaction) sees them."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM solid_messages WHERE actor_id = %s", [actor_id])
+        return int(cursor.fetchone()[0])
 
 
 def queued(actor_id: str) -> int:
@@ -53,3 +62,66 @@ class SendOnCommit(TransactionTestCase):
         assert Order.objects.count() == 1
         assert queued("committed") == 1
         assert tally.add(n=0) == 5
+
+
+class OutboxOnDjangosConnection(TransactionTestCase):
+    """``with_options(connection=connection).send()``: the message is in Django's transaction."""
+
+    def test_a_rolled_back_atomic_leaves_no_message(self) -> None:
+        tally = ref(DjangoTally, "outbox-rolled-back")
+        with contextlib.suppress(Boom), transaction.atomic():
+            Order.objects.create(sku="tea")
+            tally.add.with_options(connection=connection).send(n=1)
+            assert seen_by_django("outbox-rolled-back") == 1  # written in this transaction
+            raise Boom
+        assert Order.objects.count() == 0
+        assert queued("outbox-rolled-back") == 0
+        assert tally.add(n=0) == 0
+
+    def test_a_committed_atomic_runs_the_message_exactly_once(self) -> None:
+        tally = ref(DjangoTally, "outbox-committed")
+        with transaction.atomic():
+            Order.objects.create(sku="tea")
+            sent = tally.add.with_options(connection=connection).send(n=5)
+            # In Django's transaction, not yet committed: the runtime's connections
+            # do not see it (send_on_commit would not have written it at all).
+            assert seen_by_django("outbox-committed") == 1
+            assert queued("outbox-committed") == 0
+        assert Order.objects.count() == 1
+        assert sent.wait(timeout=60) == 5
+        assert tally.add(n=0) == 5  # ran once
+        assert queued("outbox-committed") == 2
+
+    def test_a_nested_atomic_rolled_back_alone_drops_only_its_message(self) -> None:
+        tally = ref(DjangoTally, "outbox-nested")
+        with transaction.atomic():
+            tally.add.with_options(connection=connection).send(n=1)
+            with contextlib.suppress(Boom), transaction.atomic():
+                tally.add.with_options(connection=connection).send(n=10)
+                raise Boom
+        assert tally.add(n=0) == 1
+
+    def test_outside_atomic_the_message_commits_at_once(self) -> None:
+        tally = ref(DjangoTally, "outbox-autocommit")
+        sent = tally.add.with_options(connection=connection).send(n=2)
+        assert queued("outbox-autocommit") == 1
+        assert sent.wait(timeout=60) == 2
+
+    def test_another_threads_connection_is_refused(self) -> None:
+        tally = ref(DjangoTally, "outbox-thread")
+        refused: list[BaseException] = []
+
+        def send_on_main_threads_connection() -> None:
+            try:
+                tally.add.with_options(connection=main).send(n=1)
+            except BaseException as exc:
+                refused.append(exc)
+
+        main = connections["default"]  # this thread's wrapper
+        worker = threading.Thread(target=send_on_main_threads_connection)
+        worker.start()
+        worker.join()
+        assert isinstance(refused[0], ConfigurationError), refused
+        with self.assertRaises(InvalidArguments):
+            tally.add.with_options(connection="not a connection").send(n=1)
+        assert queued("outbox-thread") == 0
