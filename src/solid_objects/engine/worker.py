@@ -707,6 +707,9 @@ class WorkerPool(DirectTurns, CommitsApart):
         try:
             run_actions(self.store.engine, self.actions, tx, message, staged.actions)
         except Exception as exc:
+            orig = getattr(exc, "orig", exc)
+            if self.store.dialect.rolled_back(orig):
+                raise orig from exc  # the server ended the transaction: the commit runs again
             # Undo the turn's writes, then record the failure like any failed turn.
             savepoint.rollback()
             log.warning(

@@ -177,7 +177,9 @@ class Dialect:
                 f"{type(exc).__name__}: {exc}",
                 exc,
                 disconnect=disconnect,
-                commit_unknown=getattr(exc, "solid_during_commit", False),
+                # A conflict the server reports at COMMIT rolled the transaction back.
+                commit_unknown=getattr(exc, "solid_during_commit", False)
+                and not self.rolled_back(exc),
             ) from exc
         finally:
             raw.close()
@@ -269,8 +271,18 @@ class Dialect:
                 return
             raw.info[_ENDED] = True
 
-    def is_transient(self, error: BaseException | None) -> bool:
-        """A deadlock or serialization failure: the whole transaction may simply run again."""
+    def rolled_back(self, error: BaseException | None) -> bool:
+        """The server rolled the whole transaction back for a conflict with another one.
+
+        A serialization failure, a deadlock victim, a Galera certification failure:
+        nothing of the transaction committed, even when COMMIT itself raised it, so it
+        may simply run again. Not a lock-wait timeout: MariaDB then rolls back only the
+        statement (unless ``innodb_rollback_on_timeout``), PostgreSQL aborts the
+        transaction; the library's own ROLLBACK ends either, but a re-run at once would
+        wait on the same held lock again. Not an ambiguous outcome (PostgreSQL's and
+        CockroachDB's 40003 ``statement_completion_unknown``, a connection lost during
+        COMMIT): that may have committed.
+        """
         return False
 
     def is_unavailable(self, error: BaseException | None) -> bool:
@@ -525,9 +537,9 @@ class PostgreSQLDialect(Dialect):
             if dbapi_conn.isolation_level is not None:
                 dbapi_conn.isolation_level = None
 
-    def is_transient(self, error: BaseException | None) -> bool:
-        # deadlock_detected, serialization_failure
-        return getattr(error, "sqlstate", None) in ("40P01", "40001")
+    def rolled_back(self, error: BaseException | None) -> bool:
+        # serialization_failure (CockroachDB's "restart transaction" too), deadlock_detected
+        return getattr(error, "sqlstate", None) in ("40001", "40P01")
 
     def is_lock_timeout(self, error: BaseException | None) -> bool:
         return getattr(error, "sqlstate", None) == "55P03"  # lock_not_available
@@ -580,10 +592,11 @@ class MySQLDialect(Dialect):
             found["transaction_isolation"] = str(value)
         return found
 
-    def is_transient(self, error: BaseException | None) -> bool:
-        # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
+    def rolled_back(self, error: BaseException | None) -> bool:
+        # ER_LOCK_DEADLOCK: InnoDB rolls back the whole transaction, and Galera reports
+        # a certification failure or a brute-force abort (at COMMIT or before) with it.
         args: tuple[Any, ...] = tuple(getattr(error, "args", ()))
-        return bool(args) and args[0] in (1213, 1205)
+        return bool(args) and args[0] == 1213
 
     def is_lock_timeout(self, error: BaseException | None) -> bool:
         args: tuple[Any, ...] = tuple(getattr(error, "args", ()))
