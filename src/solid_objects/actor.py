@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Self, TypeVar
 
 from . import staging
 from .catalogue import CATALOGUE
@@ -18,6 +18,8 @@ from .definition import ActorDefinition, build_definition
 from .message import MessageInfo
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: The actor class a staged reminder or message names (read by the mypy plugin).
+T = TypeVar("T", bound="Actor")
 
 
 def query(function: F) -> F:
@@ -118,7 +120,7 @@ class Actor:
         missed: Literal["latest", "all"] = "latest",
         cron: str | None = None,
         timezone: str | None = None,
-    ) -> _Scheduler:
+    ) -> _Scheduler[Self]:
         """Stage a reminder: ``self.schedule(delay=timedelta(days=3)).follow_up()``.
 
         One reminder per (actor, operation, key): scheduling it again moves it. With
@@ -138,12 +140,12 @@ class Actor:
 
     def send_to(
         self,
-        cls: type[Actor],
+        cls: type[T],
         actor_id: str,
         *,
         delay: timedelta | float | None = None,
         idempotency_key: str | None = None,
-    ) -> _Outbound:
+    ) -> _Outbound[T]:
         """Stage a message to another actor: ``self.send_to(Mailer, "m").deliver(to=...)``.
 
         It is enqueued in the same commit as this turn's state, exactly once.
@@ -157,7 +159,9 @@ def _name(operation: str | Callable[..., Any] | None) -> str | None:
     return str(getattr(operation, "__name__", operation))
 
 
-class _Scheduler:
+class _Scheduler(Generic[T]):
+    """``self.schedule(...)``: its attributes stage a reminder for this actor's operations."""
+
     def __init__(self, options: dict[str, Any]) -> None:
         self._options = options
 
@@ -171,7 +175,9 @@ class _Scheduler:
         return stage
 
 
-class _Outbound:
+class _Outbound(Generic[T]):
+    """``self.send_to(Cls, id)``: its attributes stage a message to ``Cls``'s operations."""
+
     def __init__(
         self,
         target: ActorDefinition,

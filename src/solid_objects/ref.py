@@ -9,10 +9,20 @@ for name; both delegate every database step to the runtime's engine.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    Protocol,
+    Self,
+    TypeVar,
+    overload,
+)
 
 from . import staging
 from .codec import MAX_DELAY_SECONDS, check_identifier
@@ -295,20 +305,56 @@ class MessageReference(_Message["Runtime"], Generic[R_co]):
         return f"<MessageReference {self.id} {self.actor_type}({self.actor_id!r}).{self.operation}>"
 
 
-class OperationHandle(_Handle["Ref[Any]"]):
-    """``ref.add``: call it to wait for the result, or ``.send(...)`` to enqueue."""
+class OperationHandle(_Handle["Ref[Any]"], Generic[P, R]):
+    """``ref.add``: call it to wait for the result, or ``.send(...)`` to enqueue.
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._ref._invoke(self._operation, args, kwargs, self._options)
+    ``P`` and ``R`` are the operation's parameters and result: the mypy plugin
+    (``solid_objects.mypy``) fills them in from the actor class; without it they are Any.
+    """
 
-    def send(self, *args: Any, **kwargs: Any) -> MessageReference[Any]:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._ref._invoke(self._operation, args, kwargs, self._options)  # type: ignore[no-any-return]
+
+    def send(self, *args: P.args, **kwargs: P.kwargs) -> MessageReference[R]:
         return self._ref._send(self._operation, args, kwargs, self._options)
+
+
+class _QueryHandle(Protocol[P, R_co]):
+    """What the mypy plugin types ``ref.current`` as for a ``@query``: no ``send``."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
+
+    def with_options(
+        self,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | timedelta | None = None,
+        delay: float | timedelta | None = None,
+        authorization: Any = None,
+        connection: Any = None,
+    ) -> Self: ...
+
+
+class _AsyncQueryHandle(Protocol[P, R_co]):
+    """The asyncio twin of :class:`_QueryHandle`."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R_co]: ...
+
+    def with_options(
+        self,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | timedelta | None = None,
+        delay: float | timedelta | None = None,
+        authorization: Any = None,
+        connection: Any = None,
+    ) -> Self: ...
 
 
 class Ref(_Actor["Runtime", A]):
     """A reference to one actor identity: ``runtime.ref(Counter, "a")``."""
 
-    def __getattr__(self, name: str) -> OperationHandle:
+    def __getattr__(self, name: str) -> OperationHandle[..., Any]:
         if name.startswith("__"):
             raise AttributeError(name)
         return OperationHandle(self, resolve_operation(self._definition, name), self._options)
@@ -456,20 +502,20 @@ class AsyncMessageReference(_Message["AsyncRuntime"], Generic[R_co]):
         )
 
 
-class AsyncOperationHandle(_Handle["AsyncRef[Any]"]):
-    """The asyncio twin of :class:`OperationHandle`."""
+class AsyncOperationHandle(_Handle["AsyncRef[Any]"], Generic[P, R]):
+    """The asyncio twin of :class:`OperationHandle` (typed the same way)."""
 
-    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._ref._invoke(self._operation, args, kwargs, self._options)
+    async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await self._ref._invoke(self._operation, args, kwargs, self._options)  # type: ignore[no-any-return]
 
-    async def send(self, *args: Any, **kwargs: Any) -> AsyncMessageReference[Any]:
+    async def send(self, *args: P.args, **kwargs: P.kwargs) -> AsyncMessageReference[R]:
         return await self._ref._send(self._operation, args, kwargs, self._options)
 
 
 class AsyncRef(_Actor["AsyncRuntime", A]):
     """The asyncio twin of :class:`Ref`: ``await ref.add(n=1)``."""
 
-    def __getattr__(self, name: str) -> AsyncOperationHandle:
+    def __getattr__(self, name: str) -> AsyncOperationHandle[..., Any]:
         if name.startswith("__"):
             raise AttributeError(name)
         return AsyncOperationHandle(self, resolve_operation(self._definition, name), self._options)
