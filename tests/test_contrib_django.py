@@ -21,12 +21,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
 import pytest
 import sqlalchemy
 from sqlalchemy.engine import URL, make_url
 
 from solid_objects.cli.main import main
-from solid_objects.contrib.django.management.commands.solid_objects import TARGET, with_target
+from solid_objects.contrib.django.management.commands.solid_objects import project_cli
 
 from .conftest import BACKENDS
 
@@ -193,25 +194,48 @@ def test_the_operator_commands_run_on_the_project_runtime(project: Project) -> N
     assert listed.returncode == 0, listed.stderr
 
 
-def test_the_target_goes_where_each_command_expects_it() -> None:
-    assert with_target(main, ["worker", "--workers", "2"]) == ["worker", TARGET, "--workers", "2"]
-    assert with_target(main, ["--log-level", "info", "dead-letters", "list", "--limit", "5"]) == [
-        "--log-level",
-        "info",
-        "dead-letters",
-        "list",
-        TARGET,
-        "--limit",
-        "5",
-    ]
-    assert with_target(main, ["--log-level=info", "doctor"]) == [
-        "--log-level=info",
-        "doctor",
-        TARGET,
-    ]
-    assert with_target(main, ["quickstart"]) == ["quickstart"]  # takes no target
-    assert with_target(main, ["nonsense"]) == ["nonsense"]  # click reports it
-    assert with_target(main, ["--help"]) == ["--help"]
+def walk(command: click.Command) -> Iterator[tuple[str, click.Command]]:
+    yield command.name or "", command
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            for name, found in walk(sub):
+                yield f"{command.name} {name}", found
+
+
+def test_the_project_commands_take_no_module_runtime_argument() -> None:
+    derived = dict(walk(project_cli()))
+    original = dict(walk(main))
+    assert "main worker" in derived and "main dead-letters list" in derived
+    assert "main quickstart" not in derived  # a demo, not about the project
+    for name, command in derived.items():
+        assert not any(p.name == "target" for p in command.params), name
+        assert "MODULE:RUNTIME" not in (command.help or "") + (command.short_help or ""), name
+    # The shell's command line keeps its argument: the project's copy changed nothing.
+    assert any(p.name == "target" for p in original["main worker"].params)
+
+
+def test_help_lists_the_subcommands_without_a_module_runtime_argument(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(PROJECT)]),
+        "SHOP_DIR": str(tmp_path),
+        "SHOP_DATABASE": "sqlite",
+    }
+    project = Project(env, URL.create("sqlite"), URL.create("sqlite"))
+    for args in (("solid_objects", "--help"), ("help", "solid_objects")):
+        shown = project.manage(*args)
+        assert shown.returncode == 0, shown.stderr
+        assert "Usage: manage.py solid_objects [OPTIONS] COMMAND [ARGS]..." in shown.stdout
+        for command in ("worker", "doctor", "status", "dead-letters", "actors", "inspect"):
+            assert f"\n  {command} " in shown.stdout, (command, shown.stdout)
+        assert "MODULE:RUNTIME" not in shown.stdout, shown.stdout
+    worker = project.manage("solid_objects", "worker", "--help")
+    assert worker.returncode == 0, worker.stderr
+    assert "Usage: manage.py solid_objects worker [OPTIONS]\n" in worker.stdout, worker.stdout
+    assert "Run the workers of the project's runtime" in worker.stdout
+    assert "MODULE:RUNTIME" not in worker.stdout
+    listed = project.manage("solid_objects", "dead-letters", "list", "--help")
+    assert "Usage: manage.py solid_objects dead-letters list [OPTIONS]\n" in listed.stdout
 
 
 SETTINGS_PROBE = """

@@ -1,12 +1,15 @@
 """``manage.py solid_objects worker|doctor|status|dead-letters ...``: the CLI on Django's runtime.
 
-Every ``solid-objects`` command runs as it does from the shell, with the
-``MODULE:RUNTIME`` target supplied: ``solid_objects.contrib.django:runtime``, the
-runtime built from ``settings.DATABASES`` (see :mod:`solid_objects.contrib.django`).
+Every ``solid-objects`` command runs as it does from the shell, on the runtime built
+from ``settings.DATABASES`` (``solid_objects.contrib.django:runtime``). The commands
+are the command line's own, copied without their ``MODULE:RUNTIME`` argument: the
+project's runtime is supplied, and ``--help`` says so instead of asking for one.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 from argparse import REMAINDER, ArgumentParser
 from typing import Any
@@ -14,49 +17,71 @@ from typing import Any
 import click
 from django.core.management.base import BaseCommand
 
-#: The target every command that takes one is given.
+#: The runtime every command that takes one is given.
 TARGET = "solid_objects.contrib.django:runtime"
+#: What the help says instead of the ``MODULE:RUNTIME`` argument.
+_RUNTIME = "the project's runtime"
 
 
-def with_target(group: click.Group, args: list[str], target: str = TARGET) -> list[str]:
-    """``args`` with ``target`` inserted where the chosen command expects ``MODULE:RUNTIME``.
+def _reword(text: str | None) -> str | None:
+    if text is None:
+        return None
+    for phrase in ("the runtime MODULE:RUNTIME", "MODULE:RUNTIME"):
+        text = text.replace(phrase, _RUNTIME)
+    return text
 
-    Walks the group's options and subcommand names (``dead-letters list`` is two), and
-    inserts the target as the first argument of the command reached, if it takes one.
+
+def for_project(command: click.Command, target: str = TARGET) -> click.Command:
+    """A copy of ``command`` (and its subcommands) with ``target`` as the runtime.
+
+    The ``target`` argument is dropped from every command that takes one and passed
+    to its callback instead; help texts name the project's runtime.
     """
-    args = list(args)
-    command: click.Command = group
-    index = 0
-    while isinstance(command, click.Group):
-        while index < len(args) and args[index].startswith("-"):
-            name, _, inline = args[index].partition("=")
-            index += 1
-            option = next(
-                (p for p in command.params if isinstance(p, click.Option) and name in p.opts),
-                None,
-            )
-            if option is not None and not option.is_flag and not inline:
-                index += 1  # the option's value
-        if index >= len(args):
-            return args
-        sub = command.get_command(click.Context(command), args[index])
-        if sub is None:
-            return args  # click reports the unknown command
-        command = sub
-        index += 1
+    derived = copy.copy(command)
+    derived.help = _reword(command.help)
+    derived.short_help = _reword(command.short_help)
     if any(param.name == "target" for param in command.params):
-        args.insert(index, target)
-    return args
+        derived.params = [param for param in command.params if param.name != "target"]
+        if command.callback is not None:
+            derived.callback = functools.update_wrapper(
+                functools.partial(command.callback, target=target), command.callback
+            )
+    if isinstance(command, click.Group) and isinstance(derived, click.Group):
+        derived.commands = {
+            name: for_project(sub, target)
+            for name, sub in command.commands.items()
+            if name != "quickstart"  # a demo on a temporary database, not on the project's
+        }
+    return derived
+
+
+@functools.cache
+def project_cli() -> click.Command:
+    """The ``solid-objects`` group as ``manage.py solid_objects`` runs it."""
+    from solid_objects.cli.main import main
+
+    group = for_project(main)
+    group.help = (
+        "The solid-objects command line on this project's runtime (settings.DATABASES, "
+        "settings.SOLID_OBJECTS)."
+    )
+    return group
 
 
 class Command(BaseCommand):
     help = (
-        "The solid-objects command line on this project's runtime: "
-        "worker, doctor, status, actors, dead-letters, ... (--help lists them)."
+        "The solid-objects command line on this project's runtime: worker, doctor, status, "
+        "actors, dead-letters, ... (manage.py solid_objects --help lists them)."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
-        parser.add_argument("args", nargs=REMAINDER, help="a solid-objects command")
+        parser.add_argument(
+            "args", nargs=REMAINDER, metavar="COMMAND", help="a solid-objects command"
+        )
+
+    def print_help(self, prog_name: str, subcommand: str) -> None:
+        # ``manage.py help solid_objects`` shows the commands, as --help does.
+        self.run(["--help"], prog=f"{os.path.basename(prog_name)} {subcommand}")
 
     def run_from_argv(self, argv: list[str]) -> None:
         # Click parses the arguments, not argparse: options pass through untouched.
@@ -66,6 +91,4 @@ class Command(BaseCommand):
         self.run(list(args), prog="solid_objects")
 
     def run(self, args: list[str], prog: str) -> None:
-        from solid_objects.cli.main import main
-
-        main.main(args=with_target(main, args), prog_name=prog)
+        project_cli().main(args=args, prog_name=prog)
