@@ -139,7 +139,7 @@ def test_a_schema_7_database_upgrades_and_its_recurring_reminders_still_fire(
         conn.exec_driver_sql("UPDATE solid_schema SET version = 7")
     upgraded = make_runtime(workers=0)
     with upgraded.store.read() as tx:
-        assert tx.scalar("SELECT version FROM solid_schema") == SCHEMA_VERSION == 8
+        assert tx.scalar("SELECT version FROM solid_schema") == SCHEMA_VERSION >= 8
     now = datetime.fromtimestamp(db_now(upgraded) / 1000, UTC)
     assert upgraded.testing.run_due_reminders(now + timedelta(minutes=2)) == 1
     assert upgraded.ref(Report, "r").snapshot()["fired"] == 1

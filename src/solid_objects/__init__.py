@@ -17,7 +17,7 @@ Example::
         runtime.ref(Counter, "a").add(n=2)
 """
 
-from .actor import Actor, query
+from .actor import Actor, payload, query
 from .authorization import AuthorizationRequest
 from .engine.effects import EffectContext
 from .errors import (
@@ -79,5 +79,6 @@ __all__ = [
     "UnknownActorType",
     "UnknownOperation",
     "__version__",
+    "payload",
     "query",
 ]

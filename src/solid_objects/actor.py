@@ -8,7 +8,7 @@ so mistakes surface at import time rather than in a worker at 3 a.m.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, Literal, Self, TypeVar
 
@@ -16,6 +16,9 @@ from . import staging
 from .catalogue import CATALOGUE
 from .definition import ActorDefinition, build_definition
 from .message import MessageInfo
+from .observe import payload
+
+__all__ = ["Actor", "payload", "query"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: The actor class a staged reminder or message names (read by the mypy plugin).
@@ -52,6 +55,10 @@ class Actor:
     state_version: ClassVar[int] = 1
     #: ``{from_version: function(state_dict) -> state_dict}`` upgrading one version.
     migrations: ClassVar[Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {}
+    #: What realtime subscribers may observe: state field names (only the name of a field
+    #: that changed is sent), or ``{field: "value" | "invalidate"}`` ("value" sends the
+    #: committed value to every authorized subscriber). See ``solid_objects.observe``.
+    observables: ClassVar[Collection[str] | Mapping[str, Literal["value", "invalidate"]]] = ()
 
     __solid_definition__: ClassVar[ActorDefinition]
 

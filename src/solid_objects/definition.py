@@ -37,6 +37,7 @@ from .errors import (
     StateMigrationError,
 )
 from .guard import fenced
+from .observe import Observables, build_observables, is_payload
 
 #: Names that belong to the library on actors and references; no field or
 #: operation may use them.
@@ -250,6 +251,8 @@ class ActorDefinition:
     defaults: dict[str, Any]
     state: TypeAdapter[Any]
     operations: dict[str, Operation] = field(default_factory=dict)
+    #: What realtime subscribers may observe (``observables``, ``@payload``); None: nothing.
+    observables: Observables | None = None
 
     RESERVED: ClassVar[frozenset[str]] = RESERVED_NAMES
 
@@ -434,6 +437,7 @@ def build_definition(cls: type, base: type) -> ActorDefinition:
     defaults: dict[str, Any] = {}
     fields: dict[str, Any] = {}
     operations: dict[str, Operation] = {}
+    payloads: dict[str, Callable[..., Any]] = {}
     for klass in reversed(cls.__mro__):
         if klass is base or not issubclass(klass, base):
             continue
@@ -460,6 +464,10 @@ def build_definition(cls: type, base: type) -> ActorDefinition:
                 continue
             if inspect.isfunction(member) and name in HOOK_NAMES:
                 _check_hook(cls, name, member)
+                continue
+            if inspect.isfunction(member) and is_payload(member):
+                payloads[name] = member
+                operations.pop(name, None)
                 continue
             if inspect.isfunction(member):
                 if name in RESERVED_NAMES or name in base_names:
@@ -500,4 +508,5 @@ def build_definition(cls: type, base: type) -> ActorDefinition:
         defaults=defaults,
         state=state,
         operations=operations,
+        observables=build_observables(cls, getattr(cls, "observables", ()), normalized, payloads),
     )

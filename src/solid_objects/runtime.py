@@ -41,6 +41,7 @@ from .options import Options
 from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref, resolve_operation
 from .registry import NamedHandlers, Registry
 from .store import Store
+from .store.broadcasts import parse_hint
 from .store.store import new_owner
 from .testing import AsyncTesting, Testing
 
@@ -256,6 +257,10 @@ class Runtime:
     def _on_notification(self, payload: str) -> None:
         if payload.startswith("d:"):
             self._waiters.nudge(payload[2:])
+        elif payload.startswith("b:"):  # a broadcast committed: realtime endpoints read it
+            identity = parse_hint(payload)
+            if identity is not None:
+                self._pool.broadcasted(*identity)
         else:
             self._pool.poller.wake()
 

@@ -121,9 +121,14 @@ class Staged:
     messages: list[StagedMessage] = field(default_factory=list)
     #: The running message (``self.current_message``); set by the turn runner.
     message: MessageInfo | None = None
+    #: What subscribers may see changed (``Observables.changes``), for the broadcast
+    #: outbox; only ever set for an actor class that declares observables.
+    broadcast: str | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.effects or self.reminders or self.messages or self.actions)
+        return bool(
+            self.effects or self.reminders or self.messages or self.actions or self.broadcast
+        )
 
 
 _current = threading.local()

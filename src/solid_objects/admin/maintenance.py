@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, get_args
 
 from ..codec import check_identifier
-from ..errors import InvalidArguments, NotFound, OperationRefused
+from ..errors import InvalidArguments, NotFound, OperationRefused, UnknownActorType
 from ..store.control import ReminderChange as ChangeKind
 from ..store.retention import PruneKind
 from ..store.store import new_id
@@ -39,6 +39,7 @@ from .views import (
 )
 
 if TYPE_CHECKING:
+    from ..runtime import Runtime
     from ..store import Tx
     from ..store.admin import ActorRow
     from ..store.processes import ProcessRow
@@ -131,9 +132,10 @@ class Maintenance(AdminBase):
         reason = _check_reason(reason)
         principal = self._authorize("actors.destroy", actor_type=actor_type, actor_id=actor_id)
         store = self._runtime.store
+        observed = _observed(self._runtime, actor_type)
 
         def body(tx: Tx) -> bool:
-            destroyed = store.destroy(tx, actor_type, actor_id)
+            destroyed = store.destroy(tx, actor_type, actor_id, observed=observed)
             if destroyed:
                 self._audit(
                     tx,
@@ -146,7 +148,10 @@ class Maintenance(AdminBase):
                 )
             return destroyed
 
-        return store.transact(body)
+        destroyed: bool = store.transact(body)
+        if destroyed and observed:
+            self._runtime._pool.broadcasted(actor_type, actor_id)
+        return destroyed
 
     def cancel_message(self, message_id: str, *, reason: str | None = None) -> bool:
         """Cancel a message that has not started, as ``MessageReference.cancel()`` does.
@@ -218,9 +223,7 @@ class Maintenance(AdminBase):
         store = self._runtime.store
         with store.read() as tx:
             rows = store.actors_by_ids(tx, actor_type, ids)
-        return {
-            r.actor_id: self._state_as_seen(actor_type, r.state, r.state_version) for r in rows
-        }
+        return {r.actor_id: self._state_as_seen(actor_type, r.state, r.state_version) for r in rows}
 
     def orphans(self) -> Orphans:
         """Unfinished rows whose actor incarnation no longer exists (should all be 0)."""
@@ -473,3 +476,13 @@ def _process_info(row: ProcessRow, now: int) -> ProcessInfo:
         expires_at=_time(row.expires_at),
         stopped_at=_time(row.stopped_at),
     )
+
+
+def _observed(runtime: Runtime, actor_type: str) -> bool:
+    """Whether realtime subscribers of ``actor_type`` must hear of a destroy: yes when
+    its class declares observables, and when this process does not know the class."""
+    try:
+        definition = runtime.registry.get(actor_type)
+    except UnknownActorType:
+        return True
+    return definition.observables is not None

@@ -889,6 +889,10 @@ class Client:
         actor look the same."""
         self.authorize("destroy", context, definition.actor_type, actor_id)
         self.ensure_schema()
-        return self.store.transact(
-            lambda tx: self.store.destroy(tx, definition.actor_type, actor_id)
+        observed = definition.observables is not None
+        destroyed = self.store.transact(
+            lambda tx: self.store.destroy(tx, definition.actor_type, actor_id, observed=observed)
         )
+        if destroyed and observed:
+            self.pool.broadcasted(definition.actor_type, actor_id)
+        return destroyed

@@ -118,9 +118,15 @@ def execute(
             extra={"solid_action": "turn_failed", **log_fields(message)},
         )
         return failure(exc, deterministic=False)
+    if state == committed_state:
+        changed = None
+    else:
+        changed = state
+        if definition.observables is not None:
+            staged.broadcast = definition.observables.changes(committed_state, state)
     return TurnOutcome(
         "completed",
         result=result,
-        state=None if state == committed_state else state,
+        state=changed,
         staged=staged if staged else None,
     )

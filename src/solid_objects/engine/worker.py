@@ -89,6 +89,9 @@ class WorkerPool(DirectTurns, CommitsApart):
         self.presence = Presence(store, options, owner, registry)
         self.poller = Poller(self)
         self.effects.on_idle_slot = self.poller.wake
+        #: Called with (actor_type, actor_id) after a commit that wrote a broadcast row
+        #: (the realtime endpoints of this process); see :meth:`broadcasted`.
+        self.broadcast_listeners: list[Callable[[str, str], None]] = []
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -269,6 +272,18 @@ class WorkerPool(DirectTurns, CommitsApart):
         for _, pk in due:
             if not self.signal(pk):
                 self.poller.wake()
+
+    def broadcasted(self, actor_type: str, actor_id: str) -> None:
+        """Tell this process's realtime listeners that the actor committed a broadcast.
+
+        Listeners only take note (they read the committed rows themselves), so one that
+        fails is logged and never fails the turn that already committed.
+        """
+        for listener in list(self.broadcast_listeners):
+            try:
+                listener(actor_type, actor_id)
+            except Exception:
+                log.exception("realtime listener failed")
 
     def _drop(self, act: Activation, *, release: bool = False) -> None:
         """Forget an activation; with ``release``, also give its lease back if still ours."""
@@ -518,6 +533,8 @@ class WorkerPool(DirectTurns, CommitsApart):
         self, act: Activation, message: MessageRow, outcome: TurnOutcome, committed: Committed
     ) -> bool:
         """After a turn committed: move the activation on; False if it was dropped."""
+        if outcome.staged is not None and outcome.staged.broadcast is not None:
+            self.broadcasted(act.actor_type, act.actor_id)
         if outcome.staged and (
             outcome.staged.effects
             or outcome.staged.reminders

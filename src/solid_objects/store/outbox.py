@@ -72,11 +72,13 @@ def _in(names: Sequence[str], prefix: str) -> tuple[str, dict[str, Any]]:
 
 
 class OutboxStatements:
-    """Mixin: needs ``enqueue`` and ``enqueue_later`` from the mailbox statements."""
+    """Mixin: needs ``enqueue`` and ``enqueue_later`` from the mailbox statements and
+    ``write_broadcast`` from the broadcast statements."""
 
     enqueue: Callable[..., Enqueued]
     enqueue_later: Callable[..., MessageRow]
     now: Callable[[Tx], int]
+    write_broadcast: Callable[..., None]
 
     # --- writing what a turn staged -------------------------------------------------
 
@@ -160,6 +162,15 @@ class OutboxStatements:
                     "COALESCE(:at, {now} + :delay), :every, :missed, :cron, :tz, 1, {now}, {now})",
                     values,
                 )
+        if staged.broadcast is not None:
+            self.write_broadcast(
+                tx,
+                actor_pk=actor_pk,
+                actor_type=actor_type,
+                actor_id=actor_id,
+                revision=source_seq,
+                changes=staged.broadcast,
+            )
         sender = encode_sender("actor", actor_type=actor_type, actor_id=actor_id)
         return [
             self.enqueue_later(

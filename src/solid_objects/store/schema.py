@@ -30,7 +30,7 @@ from .admin import define_admin_tables, migrate_admin_tables
 from .dialect import Dialect
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 def _ident(length: int) -> String:
@@ -216,6 +216,22 @@ def build_metadata(prefix: str) -> MetaData:
         Column("stop_reason", String(16), nullable=True),
         Index(f"{prefix}processes_expiry", "stopped_at", "expires_at"),
     )
+    Table(
+        f"{prefix}broadcasts",
+        md,
+        # The realtime outbox (schema 9): one row per committed turn that changed what an
+        # actor's subscribers may see. actor_pk is the incarnation (never reused, larger
+        # for a later one), revision the seq of the turn that wrote it.
+        Column("actor_pk", BigInteger, primary_key=True, autoincrement=False),
+        Column("revision", BigInteger, primary_key=True, autoincrement=False),
+        Column("actor_type", _ident(128), nullable=False),
+        Column("actor_id", _ident(255), nullable=False),
+        Column("changes", _big_text(), nullable=False),
+        Column("created_at", BigInteger, nullable=False),
+        Index(f"{prefix}broadcasts_identity", "actor_type", "actor_id", "actor_pk", "revision"),
+        Index(f"{prefix}broadcasts_created", "created_at"),
+        sqlite_with_rowid=False,
+    )
     define_admin_tables(md, prefix)
     for table in md.tables.values():
         # Every text column compares byte by byte on MySQL/MariaDB, not only the ones
@@ -269,8 +285,12 @@ def _migrate_to_4(conn: Connection, md: MetaData) -> None:
 def _migrate_to_5(conn: Connection, md: MetaData) -> None:
     """Byte-exact text everywhere: on MySQL/MariaDB the columns that were created with
     the server's default collation (``reminders.operation`` among them) ignored case and
-    accents. Rebuilds each table there; nothing to do elsewhere."""
-    md.info["dialect"].byte_exact_text(conn, sorted(md.tables))
+    accents. Rebuilds each table there; nothing to do elsewhere. Tables of later
+    migrations do not exist yet (they are created byte-exact)."""
+    from sqlalchemy import inspect
+
+    existing = set(inspect(conn).get_table_names())
+    md.info["dialect"].byte_exact_text(conn, sorted(t for t in md.tables if t in existing))
 
 
 def _migrate_to_6(conn: Connection, md: MetaData) -> None:
@@ -308,6 +328,11 @@ def _migrate_to_8(conn: Connection, md: MetaData) -> None:
             conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} VARCHAR({size}) NULL"))
 
 
+def _migrate_to_9(conn: Connection, md: MetaData) -> None:
+    """Realtime: the broadcast outbox, ``broadcasts``."""
+    _create(conn, md, "broadcasts")
+
+
 #: Ordered migrations: entry ``n`` brings the schema from version ``n`` to ``n + 1``.
 MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_1,
@@ -318,6 +343,7 @@ MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_6,
     _migrate_to_7,
     _migrate_to_8,
+    _migrate_to_9,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

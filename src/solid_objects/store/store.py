@@ -25,6 +25,7 @@ from .. import deadline
 from ..errors import DatabaseError
 from . import application, schema
 from .admin import AdminStatements
+from .broadcasts import BroadcastStatements
 from .control import ControlStatements
 from .dialect import Dialect, Tx, dialect_for
 from .mailbox import MailboxStatements
@@ -89,6 +90,7 @@ def backoff(attempt: int) -> float:
 
 
 class Store(
+    BroadcastStatements,
     MailboxStatements,
     OutboxStatements,
     AdminStatements,
@@ -130,6 +132,7 @@ class Store(
                     messages=f"{self.prefix}messages",
                     effects=f"{self.prefix}effects",
                     reminders=f"{self.prefix}reminders",
+                    broadcasts=f"{self.prefix}broadcasts",
                     now=self.dialect.now_ms,
                     for_update=self.dialect.for_update,
                 )
@@ -535,8 +538,12 @@ class Store(
         )
         return message
 
-    def destroy(self, tx: Tx, actor_type: str, actor_id: str) -> bool:
-        """End an incarnation: pending messages become ``destroyed``; the row goes."""
+    def destroy(self, tx: Tx, actor_type: str, actor_id: str, *, observed: bool = False) -> bool:
+        """End an incarnation: pending messages become ``destroyed``; the row goes.
+
+        ``observed`` (the class declares observables): its subscribers are told, with a
+        broadcast row that ends the incarnation.
+        """
         pk = tx.scalar(
             "SELECT pk FROM {actors} WHERE actor_type = :t AND actor_id = :i{for_update}",
             {"t": actor_type, "i": actor_id},
@@ -548,6 +555,8 @@ class Store(
             "WHERE actor_pk = :pk AND status IN ('scheduled', 'queued')",
             {"pk": pk},
         )
+        if observed:
+            self.broadcast_destroyed(tx, int(pk), actor_type, actor_id)
         tx.run("DELETE FROM {actors} WHERE pk = :pk", {"pk": pk})
         self.delete_reminders_of(tx, int(pk))
         return True

@@ -1,0 +1,133 @@
+"""SQL of the realtime outbox: broadcast rows and the reads that deliver them.
+
+:class:`BroadcastStatements` is mixed into :class:`~solid_objects.store.Store`.
+A broadcast row is written inside the turn's fenced commit (``write_staged``),
+so it exists if and only if the state it describes committed. It is keyed by
+the actor's incarnation (``actor_pk``, never reused, larger for a later
+incarnation) and revision (the seq of the turn that committed it), so a
+reader that remembers the last ``(incarnation, revision)`` it delivered reads
+exactly what came after, in order, whichever process committed it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .dialect import Tx
+
+
+@dataclass(frozen=True, slots=True)
+class BroadcastRow:
+    actor_type: str
+    actor_id: str
+    incarnation: int
+    revision: int
+    #: ``{"values": {...}, "invalidated": [...], "payloads": bool}`` or ``{"destroyed": true}``.
+    changes: str
+
+
+@dataclass(frozen=True, slots=True)
+class ActorHead:
+    """An actor's committed position: its incarnation, revision and state."""
+
+    actor_type: str
+    actor_id: str
+    incarnation: int
+    revision: int
+    state: str | None
+    state_version: int
+
+
+#: The channel payload that tells listeners an actor broadcast something.
+def hint(actor_type: str, actor_id: str) -> str:
+    return "b:" + json.dumps([actor_type, actor_id], separators=(",", ":"))
+
+
+def parse_hint(payload: str) -> tuple[str, str] | None:
+    """The identity of a ``b:`` payload, or None for anything else."""
+    if not payload.startswith("b:"):
+        return None
+    try:
+        actor_type, actor_id = json.loads(payload[2:])
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(actor_type, str) or not isinstance(actor_id, str):
+        return None
+    return actor_type, actor_id
+
+
+class BroadcastStatements:
+    """Mixin: needs ``notify`` from the store."""
+
+    notify: Callable[[Tx, str], None]
+
+    def write_broadcast(
+        self, tx: Tx, *, actor_pk: int, actor_type: str, actor_id: str, revision: int, changes: str
+    ) -> None:
+        """One broadcast row, and a wake-up for listening processes, in ``tx``."""
+        tx.run(
+            "INSERT INTO {broadcasts} (actor_pk, revision, actor_type, actor_id, changes, "
+            "created_at) VALUES (:pk, :rev, :t, :i, :changes, {now})",
+            {"pk": actor_pk, "rev": revision, "t": actor_type, "i": actor_id, "changes": changes},
+        )
+        self.notify(tx, hint(actor_type, actor_id))
+
+    def broadcast_destroyed(self, tx: Tx, actor_pk: int, actor_type: str, actor_id: str) -> None:
+        """Mark the end of an incarnation for its subscribers (called by ``destroy``)."""
+        revision = tx.scalar("SELECT next_seq FROM {actors} WHERE pk = :pk", {"pk": actor_pk})
+        if revision is None:
+            return
+        self.write_broadcast(
+            tx,
+            actor_pk=actor_pk,
+            actor_type=actor_type,
+            actor_id=actor_id,
+            revision=int(revision),
+            changes='{"destroyed":true}',
+        )
+
+    def broadcasts_after(
+        self, tx: Tx, actor_type: str, actor_id: str, incarnation: int, revision: int, limit: int
+    ) -> list[BroadcastRow]:
+        """The identity's broadcasts after ``(incarnation, revision)``, oldest first."""
+        rows = tx.rows(
+            "SELECT actor_pk, revision, changes FROM {broadcasts} "
+            "WHERE actor_type = :t AND actor_id = :i "
+            "AND (actor_pk > :inc OR (actor_pk = :inc AND revision > :rev)) "
+            "ORDER BY actor_pk, revision LIMIT :limit",
+            {"t": actor_type, "i": actor_id, "inc": incarnation, "rev": revision, "limit": limit},
+        )
+        return [BroadcastRow(actor_type, actor_id, int(r[0]), int(r[1]), r[2]) for r in rows]
+
+    def latest_broadcast(self, tx: Tx, actor_type: str, actor_id: str) -> BroadcastRow | None:
+        """The identity's newest broadcast (a destroyed actor's last word), or None."""
+        row = tx.row(
+            "SELECT actor_pk, revision, changes FROM {broadcasts} "
+            "WHERE actor_type = :t AND actor_id = :i "
+            "ORDER BY actor_pk DESC, revision DESC LIMIT 1",
+            {"t": actor_type, "i": actor_id},
+        )
+        return (
+            None
+            if row is None
+            else BroadcastRow(actor_type, actor_id, int(row[0]), int(row[1]), row[2])
+        )
+
+    def actor_heads(self, tx: Tx, identities: Sequence[tuple[str, str]]) -> list[ActorHead]:
+        """The committed incarnation, revision and state of each identity that exists."""
+        if not identities:
+            return []
+        where = " OR ".join(
+            f"(actor_type = :t{n} AND actor_id = :i{n})" for n in range(len(identities))
+        )
+        params: dict[str, object] = {}
+        for n, (actor_type, actor_id) in enumerate(identities):
+            params[f"t{n}"], params[f"i{n}"] = actor_type, actor_id
+        rows = tx.rows(
+            "SELECT actor_type, actor_id, pk, done_seq, state, state_version FROM {actors} "
+            f"WHERE {where}",
+            params,
+        )
+        return [ActorHead(r[0], r[1], int(r[2]), int(r[3]), r[4], int(r[5])) for r in rows]
