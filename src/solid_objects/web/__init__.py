@@ -1,8 +1,12 @@
-"""The operator dashboard (the ``[web]`` extra): ``dashboard(runtime, principal=...)``.
+"""The web parts (the ``[web]`` extra): the operator dashboard,
+``dashboard(runtime, principal=...)``, and the realtime endpoint,
+``realtime(runtime, context=...)``.
 
-Mount it in any ASGI application, or serve it alone with ``solid-objects dashboard``.
+Mount either in any ASGI application; serve the dashboard alone with
+``solid-objects dashboard``.
 """
 
 from .dashboard import dashboard
+from .realtime import realtime
 
-__all__ = ["dashboard"]
+__all__ = ["dashboard", "realtime"]
