@@ -244,6 +244,8 @@ def test_unauthorized_calls_raise_and_write_nothing(
             "actors.pause": lambda: admin.pause_actor("Ledger", "L"),
             "actors.resume": lambda: admin.resume_actor("Ledger", "L"),
             "actors.destroy": lambda: admin.destroy_actor("Ledger", "L"),
+            "actors.quiet": lambda: admin.quiet_actors(timedelta(days=1)),
+            "actors.expire": admin.expire_actors,
             "messages.cancel": lambda: admin.cancel_message(dead.id),
             "orphans.list": admin.orphans,
             "reminders.list": admin.list_reminders,

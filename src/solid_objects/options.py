@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from types import MappingProxyType
 from typing import Any, Literal
 
 from .authorization import KINDS, Policy, check_policies, option_name
-from .errors import ConfigurationError
+from .codec import check_identifier
+from .errors import ConfigurationError, InvalidArguments
 from .redaction import redact_url
 
 #: More threads or connections than this per runtime is a mistake, not a setting.
@@ -70,8 +73,16 @@ class Options:
     #: pruned automatically by processes running workers (None: never; prune by hand).
     #: It is also how long an idempotency key deduplicates a retried call.
     retention: float | None = None
-    #: Seconds between automatic prunes (with ``retention``).
+    #: Seconds between automatic prunes (with ``retention`` or ``retention_by_type``).
     retention_interval: float = 3600.0
+    #: Per actor type, seconds its finished messages are kept instead of ``retention``,
+    #: e.g. ``{"Invoice": 365 * 86400}``: a prune never deletes them sooner, and the
+    #: automatic one deletes them after that long (even with ``retention=None``).
+    retention_by_type: Mapping[str, float] | None = None
+    #: Opt-in expiry of idle actors, per actor type: seconds an actor may stay untouched
+    #: (no message enqueued or run) before ``admin.expire_actors()`` deletes it, state
+    #: and all, e.g. ``{"Session": 30 * 86400}``. Types not named never expire.
+    state_ttl: Mapping[str, float] | None = None
     #: The actor classes this runtime serves, e.g. ``actors=[Counter, Cart]`` (plus any
     #: registered later). None: every ``Actor`` subclass defined in the process.
     actors: tuple[type[Any], ...] | None = None
@@ -95,10 +106,18 @@ class Options:
         if actors is not None:
             if isinstance(actors, str | bytes | type) or not hasattr(actors, "__iter__"):
                 raise ConfigurationError(
-                    f"actors must be a list of Actor classes, e.g. actors=[Counter], "
-                    f"not {actors!r}"
+                    f"actors must be a list of Actor classes, e.g. actors=[Counter], not {actors!r}"
                 )
             kwargs = {**kwargs, "actors": tuple(actors)}
+        for name in ("retention_by_type", "state_ttl"):
+            table = kwargs.get(name)
+            if table is not None:
+                if not isinstance(table, Mapping):
+                    raise ConfigurationError(
+                        f'{name} maps actor types to seconds, e.g. {{"Session": 86400}}, '
+                        f"not {table!r}"
+                    )
+                kwargs = {**kwargs, name: MappingProxyType(dict(table))}
         options = cls(**kwargs)
         options.validate()
         return options
@@ -129,6 +148,22 @@ class Options:
             positive(name)
         if self.retention is not None:
             positive("retention")
+        for name in ("retention_by_type", "state_ttl"):
+            for actor_type, seconds in (getattr(self, name) or {}).items():
+                try:
+                    check_identifier(actor_type, what=f"{name}: actor type")
+                except InvalidArguments as exc:
+                    raise ConfigurationError(str(exc)) from None
+                if (
+                    isinstance(seconds, bool)
+                    or not isinstance(seconds, int | float)
+                    or not math.isfinite(seconds)
+                    or seconds <= 0
+                ):
+                    raise ConfigurationError(
+                        f"{name}[{actor_type!r}] must be a positive number of seconds, "
+                        f"not {seconds!r}"
+                    )
         if self.pool_size is not None:
             positive("pool_size", integer=True)
         if self.max_mailbox_length is not None:

@@ -24,6 +24,7 @@ from .base import (
     _pair,
     log,
 )
+from .idle import IdleActors
 from .maintenance import Maintenance
 from .views import (
     Activity,
@@ -70,7 +71,7 @@ def _percentile(values: list[int], fraction: float) -> float:
     return float(values[int(rank) - 1])
 
 
-class Administration(Maintenance, AdminBase):
+class Administration(Maintenance, IdleActors, AdminBase):
     """Inspect and repair a runtime's actors; ``runtime.admin``.
 
     ``runtime.admin`` carries the application's policy (``set_policy``) and no

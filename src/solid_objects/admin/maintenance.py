@@ -8,9 +8,9 @@ its audit record in one transaction.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, get_args, overload
 
 from ..codec import check_identifier
 from ..errors import InvalidArguments, NotFound, OperationRefused, UnknownActorType
@@ -54,6 +54,7 @@ def _identity(actor_type: str, actor_id: str) -> None:
 
 class Maintenance(AdminBase):
     _summary: Callable[[ActorRow, int], ActorSummary]
+    _orphaned_actors: Callable[[str, Iterable[str], int, str | None], Page[ActorSummary]]
 
     def _audit(
         self,
@@ -225,8 +226,39 @@ class Maintenance(AdminBase):
             rows = store.actors_by_ids(tx, actor_type, ids)
         return {r.actor_id: self._state_as_seen(actor_type, r.state, r.state_version) for r in rows}
 
-    def orphans(self) -> Orphans:
-        """Unfinished rows whose actor incarnation no longer exists (should all be 0)."""
+    @overload
+    def orphans(self) -> Orphans: ...
+
+    @overload
+    def orphans(
+        self,
+        actor_type: str,
+        owner_ids: Iterable[str],
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[ActorSummary]: ...
+
+    def orphans(
+        self,
+        actor_type: str | None = None,
+        owner_ids: Iterable[str] | None = None,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Orphans | Page[ActorSummary]:
+        """Without arguments: unfinished rows whose actor incarnation no longer exists
+        (should all be 0).
+
+        ``orphans(actor_type, owner_ids)``: the actors of that type whose id is not in
+        ``owner_ids``, the ids of the application's own records (customers, carts), by
+        id and keyset-paged: actors left behind by data the application deleted. The
+        ids are compared exactly (case- and accent-sensitive, as actor ids are).
+        """
+        if actor_type is not None or owner_ids is not None:
+            if actor_type is None or owner_ids is None:
+                raise InvalidArguments("orphans(actor_type, owner_ids) takes both, or neither")
+            return self._orphaned_actors(actor_type, owner_ids, limit, cursor)
         self._authorize("orphans.list")
         store = self._runtime.store
         with store.read() as tx:
@@ -412,7 +444,9 @@ class Maintenance(AdminBase):
 
         Kinds: ``messages`` (completed, rejected, destroyed, and dead letters already
         retried or discarded), ``effects`` (done), ``processes`` (stopped) and
-        ``audit`` (only when named). Never touches live work: queued or scheduled
+        ``audit`` (only when named). Messages of a type in ``retention_by_type`` are
+        kept for that type's retention when it is longer than ``older_than``
+        (``cutoffs`` of the report). Never touches live work: queued or scheduled
         messages, open dead letters, pending, running or dead effects. Deletes in
         batches of 500, one short transaction each; ``progress(kind, deleted)``
         is called after each. A message's idempotency key is forgotten with it: the
@@ -430,27 +464,39 @@ class Maintenance(AdminBase):
         )
         store = self._runtime.store
         with store.read() as tx:
-            cutoff = store.now(tx) - int(older_than.total_seconds() * 1000)
+            now = store.now(tx)
+        cutoff = now - int(older_than.total_seconds() * 1000)
+        # A type's own retention only ever keeps its messages longer than asked here.
+        by_type = {
+            actor_type: min(cutoff, now - int(seconds * 1000))
+            for actor_type, seconds in (self._runtime.options.retention_by_type or {}).items()
+        }
         rows: dict[str, int] = {}
         for kind in chosen:
             typed: PruneKind = kind  # type: ignore[assignment]
             if dry_run:
                 with store.read() as tx:
-                    rows[kind] = store.count_prunable(tx, typed, cutoff)
+                    rows[kind] = store.count_prunable(tx, typed, cutoff, by_type=by_type)
                 continue
 
             def record(tx: Tx, keys: list[str], deleted: int, kind: str = kind) -> None:
+                detail: dict[str, Any] = {"deleted": deleted, "cutoff": cutoff}
+                if kind == "messages" and by_type:
+                    detail["cutoff_by_type"] = by_type
                 self._audit(
                     tx,
                     principal,
                     "retention.prune",
                     kind,
                     f"{keys[0]}..{keys[-1]}",
-                    detail={"deleted": deleted, "cutoff": cutoff},
+                    detail=detail,
                 )
 
-            rows[kind] = store.prune_older(typed, cutoff, record=record, progress=progress)
-        return PruneReport(_time(cutoff), dry_run, rows)
+            rows[kind] = store.prune_older(
+                typed, cutoff, record=record, progress=progress, by_type=by_type
+            )
+        cutoffs = {t: _time(c) for t, c in by_type.items()} if "messages" in chosen else {}
+        return PruneReport(_time(cutoff), dry_run, rows, cutoffs)
 
 
 def _process_info(row: ProcessRow, now: int) -> ProcessInfo:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
@@ -402,6 +402,21 @@ class PruneReport:
     dry_run: bool
     #: Rows per kind: counted (dry run) or deleted.
     rows: dict[str, int]
+    #: Actor types whose messages had a cutoff of their own (``retention_by_type``).
+    cutoffs: dict[str, datetime | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExpiryReport:
+    """What ``expire_actors`` deleted (or, in a dry run, would delete), per actor type."""
+
+    #: The database clock when it ran.
+    now: datetime | None
+    dry_run: bool
+    #: Actors per type: counted (dry run) or deleted.
+    actors: dict[str, int]
+    #: Per type, actors untouched since before this were candidates (``now - state_ttl``).
+    cutoffs: dict[str, datetime | None]
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ class RetentionSchedule:
 
     def start_if_due(self) -> bool:
         """Start a prune in the background if one is due and none is running."""
-        if self.options.retention is None or time.monotonic() < self._next:
+        if not self.enabled or time.monotonic() < self._next:
             return False
         if self._running is not None and self._running.is_alive():
             return False
@@ -42,15 +42,31 @@ class RetentionSchedule:
         self._running.start()
         return True
 
+    @property
+    def enabled(self) -> bool:
+        return self.options.retention is not None or bool(self.options.retention_by_type)
+
     def prune(self) -> dict[str, int]:
-        """Prune every automatic kind once; returns the rows deleted per kind."""
-        assert self.options.retention is not None
+        """Prune every automatic kind once; returns the rows deleted per kind.
+
+        Messages of a type in ``retention_by_type`` go after that type's retention;
+        with ``retention=None`` only those are pruned.
+        """
+        assert self.enabled
+        retention = self.options.retention
         deleted: dict[str, int] = {}
         try:
             with self.store.read() as tx:
-                cutoff = self.store.now(tx) - int(self.options.retention * 1000)
-            for kind in AUTOMATIC_KINDS:
-                deleted[kind] = self.store.prune_older(kind, cutoff)
+                now = self.store.now(tx)
+            # With no general retention, only the messages of the listed types go.
+            cutoff = 0 if retention is None else now - int(retention * 1000)
+            by_type = {
+                t: now - int(seconds * 1000)
+                for t, seconds in (self.options.retention_by_type or {}).items()
+            }
+            kinds = AUTOMATIC_KINDS if retention is not None else ("messages",)
+            for kind in kinds:
+                deleted[kind] = self.store.prune_older(kind, cutoff, by_type=by_type)
         except Exception:
             log.exception(
                 "automatic prune failed; it runs again in %gs", self.options.retention_interval

@@ -28,6 +28,7 @@ from .admin import AdminStatements
 from .broadcasts import BroadcastStatements
 from .control import ControlStatements
 from .dialect import Dialect, Tx, dialect_for
+from .idle import IdleStatements
 from .mailbox import MailboxStatements
 from .outbox import OutboxStatements
 from .processes import ProcessStatements
@@ -95,6 +96,7 @@ class Store(
     OutboxStatements,
     AdminStatements,
     ControlStatements,
+    IdleStatements,
     ProcessStatements,
     RetentionStatements,
     TurnStatements,

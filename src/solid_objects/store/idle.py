@@ -1,0 +1,160 @@
+"""SQL of idle actors: quiet ones (reconciliation), expiring them, and emptying the tables.
+
+:class:`IdleStatements` is mixed into :class:`~solid_objects.store.Store`.
+
+An actor is *quiet* when nothing is waiting for it: not paused, an empty mailbox,
+no delayed message, no reminder, no effect still to run, and untouched
+(``updated_at``: the last enqueue that claimed it, turn or pause) since a cutoff.
+An actor *expires* when it is quiet and also holds no live lease and no open
+dead letter: deleting it then loses nothing but its state, which is what
+``state_ttl`` asks for. Expiry locks each candidate row and checks the rule again
+in the deleting transaction, so a message enqueued meanwhile (it locks the same
+row) either lands before the check, and the actor stays, or after the delete, and
+starts a new incarnation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from . import schema
+from .admin import _ACTOR_COLS, ActorRow, _actor
+from .dialect import Tx
+
+#: Nothing waits for the actor ``a``, and it was not touched since ``:cutoff``.
+QUIET = (
+    "a.paused = 0 AND a.next_seq = a.done_seq + 1 AND a.updated_at <= :cutoff "
+    "AND NOT EXISTS (SELECT 1 FROM {messages} m WHERE m.actor_pk = a.pk "
+    "AND m.status = 'scheduled') "
+    "AND NOT EXISTS (SELECT 1 FROM {reminders} r WHERE r.actor_pk = a.pk) "
+    "AND NOT EXISTS (SELECT 1 FROM {effects} e WHERE e.actor_pk = a.pk "
+    "AND e.status IN ('pending', 'running'))"
+)
+#: Quiet, and deleting it loses no lease holder's work and no dead letter to repair.
+EXPIRABLE = (
+    QUIET + " AND (a.lease_owner IS NULL OR a.lease_expires_at <= {now}) "
+    "AND NOT EXISTS (SELECT 1 FROM {messages} d WHERE d.actor_pk = a.pk "
+    "AND d.status = 'dead' AND NOT EXISTS "
+    "(SELECT 1 FROM {resolutions} x WHERE x.message_id = d.id))"
+)
+_COLS = ", ".join(f"a.{c.strip()}" for c in _ACTOR_COLS.split(","))
+
+
+class IdleStatements:
+    """Mixin: reads and deletes over ``{actors}`` with the rules above."""
+
+    prefix: str
+
+    def _idle(self, template: str) -> str:
+        return template.replace("{resolutions}", f"{self.prefix}resolutions")
+
+    def quiet_actors(
+        self,
+        tx: Tx,
+        *,
+        actor_type: str | None,
+        cutoff: int,
+        after: tuple[str, str] | None,
+        limit: int,
+    ) -> list[ActorRow]:
+        """Quiet actors by (type, id), after the cursor."""
+        where = [QUIET]
+        params: dict[str, Any] = {"cutoff": cutoff, "limit": limit}
+        if actor_type is not None:
+            where.append("a.actor_type = :t")
+            params["t"] = actor_type
+        if after is not None:
+            where.append("(a.actor_type > :a_t OR (a.actor_type = :a_t AND a.actor_id > :a_i))")
+            params.update(a_t=after[0], a_i=after[1])
+        return [
+            _actor(r)
+            for r in tx.rows(
+                f"SELECT {_COLS} FROM {{actors}} a WHERE {' AND '.join(where)} "
+                "ORDER BY a.actor_type, a.actor_id LIMIT :limit",
+                params,
+            )
+        ]
+
+    def actors_after(
+        self, tx: Tx, actor_type: str, after: str | None, limit: int
+    ) -> list[ActorRow]:
+        """The next ``limit`` actors of a type by id (a scan of the identity index)."""
+        return [
+            _actor(r)
+            for r in tx.rows(
+                f"SELECT {_ACTOR_COLS} FROM {{actors}} WHERE actor_type = :t"
+                + ("" if after is None else " AND actor_id > :after")
+                + " ORDER BY actor_id LIMIT :limit",
+                {"t": actor_type, "after": after, "limit": limit},
+            )
+        ]
+
+    def count_expirable(self, tx: Tx, actor_type: str, cutoff: int) -> int:
+        return int(
+            tx.scalar(
+                self._idle(
+                    f"SELECT COUNT(*) FROM {{actors}} a WHERE a.actor_type = :t AND {EXPIRABLE}"
+                ),
+                {"t": actor_type, "cutoff": cutoff},
+            )
+        )
+
+    def expirable(
+        self, tx: Tx, actor_type: str, cutoff: int, *, after: str | None, limit: int
+    ) -> list[tuple[int, str]]:
+        """The next ``limit`` (pk, actor id) candidates of a type by id, after ``after``."""
+        return [
+            (int(r[0]), str(r[1]))
+            for r in tx.rows(
+                self._idle(
+                    "SELECT a.pk, a.actor_id FROM {actors} a WHERE a.actor_type = :t AND "
+                    + EXPIRABLE
+                    + ("" if after is None else " AND a.actor_id > :after")
+                    + " ORDER BY a.actor_id LIMIT :limit"
+                ),
+                {"t": actor_type, "cutoff": cutoff, "after": after, "limit": limit},
+            )
+        ]
+
+    def expire(self, tx: Tx, cutoff: int, pks: Sequence[int]) -> list[tuple[str, str]]:
+        """Delete the candidates that still qualify; (type, id) of each one deleted.
+
+        The rows are locked first (in pk order), then the rule is read again: what a
+        concurrent enqueue committed before the lock was granted is seen.
+        """
+        if not pks:
+            return []
+        placeholders = ", ".join(f":p{n}" for n in range(len(pks)))
+        params: dict[str, Any] = {f"p{n}": pk for n, pk in enumerate(pks)}
+        tx.rows(
+            f"SELECT pk FROM {{actors}} WHERE pk IN ({placeholders}) ORDER BY pk{{for_update}}",
+            params,
+        )
+        still = tx.rows(
+            self._idle(
+                f"SELECT a.pk, a.actor_type, a.actor_id FROM {{actors}} a "
+                f"WHERE a.pk IN ({placeholders}) AND {EXPIRABLE}"
+            ),
+            {**params, "cutoff": cutoff},
+        )
+        if not still:
+            return []
+        gone = ", ".join(f":g{n}" for n in range(len(still)))
+        tx.run(
+            f"DELETE FROM {{actors}} WHERE pk IN ({gone})",
+            {f"g{n}": int(r[0]) for n, r in enumerate(still)},
+        )
+        return [(str(r[1]), str(r[2])) for r in still]
+
+    def empty_tables(self, tx: Tx) -> list[str]:
+        """Delete every row of the library's tables but the schema version (for tests).
+
+        ``DELETE``, not ``TRUNCATE``: it is transactional everywhere and keeps the
+        incarnation counter, so an actor made after the reset never reuses a pk.
+        """
+        md = schema.build_metadata(self.prefix)
+        names = [t.name for t in reversed(md.sorted_tables) if t.name != f"{self.prefix}schema"]
+        for name in names:
+            tx.run(f"DELETE FROM {name}")
+        return names
