@@ -37,8 +37,14 @@ SUPPORTED_DRIVERS = {
     "postgresql": ("psycopg", "psycopg"),
     "mysql": ("pymysql", "pymysql"),
     "mariadb": ("pymysql", "pymysql"),
+    "cockroachdb": ("psycopg", "psycopg"),
 }
-_EXTRAS = {"postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}
+_EXTRAS = {
+    "postgresql": "postgres",
+    "mysql": "mysql",
+    "mariadb": "mysql",
+    "cockroachdb": "cockroachdb",
+}
 
 
 def library_engine(database: str | URL | Engine, options: Options) -> Engine:

@@ -416,11 +416,11 @@ class AdminStatements(ActivityStatements):
         )
 
     def _insert_ignore(self, table: str, columns: str, values: str, key: str) -> str:
-        if self.dialect.name == "postgresql":
+        if self.dialect.family == "postgresql":
             return (
                 f"INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT ({key}) DO NOTHING"
             )
-        if self.dialect.name == "mysql":
+        if self.dialect.family == "mysql":
             return f"INSERT IGNORE INTO {table} ({columns}) VALUES ({values})"
         return f"INSERT OR IGNORE INTO {table} ({columns}) VALUES ({values})"
 
@@ -633,7 +633,7 @@ class AdminStatements(ActivityStatements):
         where = "actor_type = :t"
         params: dict[str, Any] = {"t": actor_type, "after": after, "limit": limit}
         if id_prefix is not None:
-            column = 'actor_id COLLATE "C"' if self.dialect.name == "postgresql" else "actor_id"
+            column = 'actor_id COLLATE "C"' if self.dialect.family == "postgresql" else "actor_id"
             where += f" AND {column} >= :p"
             params["p"] = id_prefix
             upper = prefix_upper_bound(id_prefix)

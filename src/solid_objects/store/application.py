@@ -20,7 +20,7 @@ from .dialect import Tx
 if TYPE_CHECKING:
     from .store import Enqueued, Store
 
-_FAMILIES = {"mariadb": "mysql"}
+_FAMILIES = {"mariadb": "mysql", "cockroachdb": "postgresql"}
 
 
 def _family(name: str) -> str:

@@ -84,6 +84,8 @@ class Dialect:
     """Base class; one subclass per database family."""
 
     name = "generic"
+    #: The SQL the store writes for it: ``sqlite``, ``postgresql`` or ``mysql``.
+    family = "generic"
     now_ms = ""
     #: Appended to a SELECT that must lock the rows it reads until commit.
     for_update = " FOR UPDATE"
@@ -292,6 +294,14 @@ class Dialect:
         trigger, a value that does not fit) is charged to the work that caused it."""
         return False
 
+    #: How many times an install that lost a race to another process's is run again
+    #: (engines with no install lock: it then finds the other's work and does nothing).
+    install_retries = 0
+
+    def lost_install_race(self, error: BaseException | None) -> bool:
+        """An install failed because another one created the same object first."""
+        return False
+
     def lock_for_install(self, conn: Connection) -> None:
         """Serialize concurrent ``install()`` calls from several processes."""
 
@@ -377,7 +387,7 @@ def _has_input(dbapi_conn: Any) -> bool:
 
 
 class SQLiteDialect(Dialect):
-    name = "sqlite"
+    name = family = "sqlite"
     # julianday('now') is fixed for the duration of one statement.
     now_ms = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
     for_update = ""
@@ -494,10 +504,10 @@ def _enable_wal(cur: Any, timeout: float) -> None:
 
 
 class PostgreSQLDialect(Dialect):
-    name = "postgresql"
+    name = family = "postgresql"
     now_ms = "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)"
     supports_skip_locked = True
-    notify_sql = "SELECT pg_notify(:channel, :payload)"
+    notify_sql: str | None = "SELECT pg_notify(:channel, :payload)"
     writable_cte = True
     scope_sql = "SELECT current_database() || '.' || current_schema()"
     # The server's start time tells two servers apart without superuser rights, and
@@ -512,12 +522,21 @@ class PostgreSQLDialect(Dialect):
         ("lock_timeout", "SHOW lock_timeout"),
     )
     update_returning = True
+    #: The isolation of every library connection (None: the server's own default).
+    isolation: str | None = "READ COMMITTED"
+    #: Set from the first connection's ``version()`` (YugabyteDB speaks this dialect).
+    server: str | None = None
 
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
         lock_ms = max(1, int(options["busy_timeout"] * 1000))
         self.lock_wait = options["busy_timeout"]
         ping_idle_connections(engine)
         rollback_unfinished_transactions(engine)
+        settings = f"SET lock_timeout = {lock_ms}"
+        if self.isolation is not None:
+            settings += (
+                f"; SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL {self.isolation}"
+            )
 
         @event.listens_for(engine, "connect")
         def _connect(dbapi_conn: Any, _record: Any) -> None:
@@ -529,13 +548,24 @@ class PostgreSQLDialect(Dialect):
             if dbapi_conn.autocommit:
                 dbapi_conn.autocommit = False
             with dbapi_conn.cursor() as cur:
-                cur.execute(
-                    f"SET lock_timeout = {lock_ms}; "
-                    "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED"
-                )
+                cur.execute(settings)
+                if self.server is None:
+                    cur.execute("SELECT version()")
+                    self.adapt(str(cur.fetchone()[0]))
             dbapi_conn.commit()
             if dbapi_conn.isolation_level is not None:
                 dbapi_conn.isolation_level = None
+
+    def adapt(self, version: str) -> None:
+        """Follow what the server is: YugabyteDB (``...-YB-...``) serves this dialect
+        but, as documented, has no LISTEN/NOTIFY before v2025.2.3 (early access there)
+        and advisory locks only in recent releases, so wake-ups are polled (or go
+        through Redis) and installs are serialized by re-running the loser, as on
+        CockroachDB."""
+        self.server = version
+        if "-YB-" in version:
+            self.notify_sql = None
+            self.install_retries = _INSTALL_RETRIES
 
     def rolled_back(self, error: BaseException | None) -> bool:
         # serialization_failure (CockroachDB's "restart transaction" too), deadlock_detected
@@ -569,12 +599,50 @@ class PostgreSQLDialect(Dialect):
             "25006",
         )
 
+    def lost_install_race(self, error: BaseException | None) -> bool:
+        # duplicate_table, duplicate_object, duplicate_column, unique_violation (the
+        # catalogs' own indexes: two CREATE TABLE of one name), or a conflict.
+        state = getattr(error, "sqlstate", None)
+        return self.rolled_back(error) or state in ("42P07", "42710", "42701", "23505")
+
     def lock_for_install(self, conn: Connection) -> None:
+        if self.install_retries:
+            return  # no advisory locks here: the loser of a race runs again (Store.install)
         conn.execute(text("SELECT pg_advisory_xact_lock(7310580462)"))
 
 
+#: How many times an install that lost a race is run again where no lock serializes it.
+_INSTALL_RETRIES = 10
+
+
+class CockroachDBDialect(PostgreSQLDialect):
+    """CockroachDB through ``sqlalchemy-cockroachdb`` (``cockroachdb+psycopg://``).
+
+    What its documentation says differs from PostgreSQL, handled here: no
+    LISTEN/NOTIFY (wake-ups are polled, or go through Redis with ``wakeup_url``);
+    SERIALIZABLE is the default isolation, kept (READ COMMITTED needs a cluster
+    setting), so conflicts come back as 40001 and are run again (``rolled_back``);
+    its advisory-lock functions were long no-op stubs (cockroachdb/cockroach#13546),
+    so concurrent installs are serialized by re-running the one that lost; the
+    server is named by its cluster id (no postmaster). Data-modifying CTEs are not relied on.
+    """
+
+    name = "cockroachdb"
+    notify_sql = None
+    writable_cte = False
+    isolation = None
+    install_retries = _INSTALL_RETRIES
+    identity_sql = (
+        "SELECT current_database() || '.' || current_schema() || '@' || "
+        "CAST(crdb_internal.cluster_id() AS TEXT)"
+    )
+
+    def adapt(self, version: str) -> None:
+        self.server = version
+
+
 class MySQLDialect(Dialect):
-    name = "mysql"
+    name = family = "mysql"
     # SYSDATE(6) is the time the function runs; NOW(6) is the statement's start.
     now_ms = "CAST(FLOOR(UNIX_TIMESTAMP(SYSDATE(6)) * 1000) AS SIGNED)"
     supports_skip_locked = True
@@ -666,8 +734,11 @@ def dialect_for(engine: Engine) -> Dialect:
         return SQLiteDialect()
     if name == "postgresql":
         return PostgreSQLDialect()
+    if name == "cockroachdb":
+        return CockroachDBDialect()
     if name in ("mysql", "mariadb"):
         return MySQLDialect()
     raise ConfigurationError(
-        f"unsupported database {name!r}: use sqlite, postgresql+psycopg or mysql+pymysql"
+        f"unsupported database {name!r}: use sqlite, postgresql+psycopg, mysql+pymysql or "
+        "cockroachdb+psycopg"
     )

@@ -154,11 +154,11 @@ class MailboxStatements:
 
     def _insert_actor(self) -> str:
         head = {"postgresql": "INSERT INTO", "mysql": "INSERT IGNORE INTO"}.get(
-            self.dialect.name, "INSERT OR IGNORE INTO"
+            self.dialect.family, "INSERT OR IGNORE INTO"
         )
         tail = (
             " ON CONFLICT (actor_type, actor_id) DO NOTHING"
-            if (self.dialect.name == "postgresql")
+            if (self.dialect.family == "postgresql")
             else ""
         )
         return (

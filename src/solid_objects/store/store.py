@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
 from .. import deadline
 from ..errors import DatabaseError
@@ -252,8 +253,19 @@ class Store(
             yield tx
 
     def install(self) -> int:
-        with self.dialect.install_transaction(self.engine) as conn:
-            return schema.install(conn, self.dialect, self.prefix)
+        retries = self.dialect.install_retries
+        for attempt in range(retries + 1):
+            try:
+                with self.dialect.install_transaction(self.engine) as conn:
+                    return schema.install(conn, self.dialect, self.prefix)
+            except DBAPIError as exc:
+                # No install lock on this engine: another process's install got there
+                # first; run again, and find its work (install is idempotent).
+                if attempt == retries or not self.dialect.lost_install_race(exc.orig):
+                    raise
+                log.info("install lost a race to another (%r); running it again", exc)
+                time.sleep(backoff(attempt) + 0.05)
+        raise AssertionError("unreachable")
 
     def install_sql(self) -> str:
         return schema.install_sql(self.engine.dialect, self.prefix)
