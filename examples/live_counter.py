@@ -1,0 +1,203 @@
+"""A shared counter every open browser sees change live: ``realtime(runtime, context=...)``.
+
+Run it, then open http://127.0.0.1:8000/ in two browsers and press the button::
+
+    python -m examples.live_counter --port 8000
+
+``#value`` shows the counter actor's *committed* value: the button only posts the
+increment; the number changes when the commit reaches every page through the
+realtime endpoint mounted at ``/live``. ``?user=NAME`` picks who you are (a real
+application resolves the user from its session instead): ``#mine`` shows a
+personalized payload, your own clicks, computed for you alone. ``?counter=ID``
+follows another counter; ids starting with ``private-`` are refused to everyone,
+whether they exist or not. ``POST /reset`` destroys the counter (it comes back,
+as a new incarnation, at the next increment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import os
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.websockets import WebSocket
+
+from solid_objects import Actor, AuthorizationRequest, Runtime, payload
+from solid_objects.web import realtime
+
+
+class LiveCounter(Actor):
+    value: int = 0
+    clicks: dict[str, int] = {}
+
+    #: Every subscriber sees the value; the clicks per user only as each one's payload.
+    observables = {"value": "value"}
+
+    def increment(self, user: str) -> int:
+        self.value += 1
+        self.clicks = {**self.clicks, user: self.clicks.get(user, 0) + 1}
+        return self.value
+
+    @payload
+    def mine(self, context: Any) -> dict[str, Any]:
+        return {"user": context, "clicks": self.clicks.get(str(context), 0)}
+
+
+def may_subscribe(request: AuthorizationRequest) -> bool:
+    """Named users, and never a ``private-`` counter (existing or not)."""
+    return isinstance(request.context, str) and not request.actor_id.startswith("private-")
+
+
+def may_query(request: AuthorizationRequest) -> bool:
+    """Queries and payloads, except ``mine`` for the anonymous guest."""
+    return request.operation != "mine" or request.context not in (None, "guest")
+
+
+PAGE = """<!doctype html>
+<html lang="en">
+<head><meta charset="utf-8"><title>Live counter</title></head>
+<body>
+<h1>Counter <code id="counter">{counter}</code></h1>
+<p>Value: <output id="value">…</output></p>
+<p><button id="increment" type="button">Increment</button></p>
+<p>You (<span id="user">{user}</span>): <output id="mine">…</output></p>
+<p>Status: <span id="status">connecting</span>, revision <span id="revision">-</span></p>
+<script type="module">
+import {{ RealtimeClient, endpointUrl }} from "/live/client.js";
+const config = {config};
+const client = new RealtimeClient(
+  endpointUrl("/live") + "?user=" + encodeURIComponent(config.user),
+  {{
+    initialDelay: 100,
+    maxDelay: 1000,
+    onStatus: (s) => {{
+      if (s !== "connected") document.querySelector("#status").textContent = s;
+    }},
+  }},
+);
+window.solidClient = client;
+window.solidLog = [];  // every value shown, in order (the tests read it)
+const sub = client.subscribe(
+  {{ actorType: "LiveCounter", actorId: config.counter, payloads: ["mine"] }},
+  {{
+    onUpdate: (view) => {{
+      window.solidLog.push([view.incarnation, view.revision, view.values.value ?? 0]);
+      document.querySelector("#value").textContent = String(view.values.value ?? 0);
+      document.querySelector("#revision").textContent = view.incarnation + "." + view.revision;
+      document.querySelector("#status").textContent = "live";
+    }},
+    onPayload: (name, data) => {{
+      document.querySelector("#mine").textContent = data.clicks + " clicks";
+    }},
+    onError: (error) => {{
+      document.querySelector("#status").textContent = "error: " + error.code;
+    }},
+  }},
+);
+window.solidSubscription = sub;
+document.querySelector("#increment").addEventListener("click", () => {{
+  fetch("/increment?" + new URLSearchParams(config), {{ method: "POST" }});
+}});
+</script>
+</body>
+</html>
+"""
+
+
+def build(database: str, *, lease_duration: float = 30.0) -> Starlette:
+    """The example's ASGI app over ``database`` (its runtime runs in the app's lifespan)."""
+    runtime = Runtime(
+        database,
+        lease_duration=lease_duration,
+        actors=[LiveCounter],
+        authorize_subscription=may_subscribe,
+        authorize_query=may_query,
+    )
+    runtime.install()
+
+    def who(websocket: WebSocket) -> str | None:
+        return websocket.query_params.get("user")
+
+    def target(request: Request) -> tuple[str, str]:
+        return request.query_params.get("counter", "shared"), request.query_params.get(
+            "user", "guest"
+        )
+
+    async def page(request: Request) -> HTMLResponse:
+        counter, user = target(request)
+        config = json.dumps({"counter": counter, "user": user}).replace("<", "\\u003c")
+        return HTMLResponse(
+            PAGE.format(counter=html.escape(counter), user=html.escape(user), config=config)
+        )
+
+    async def increment(request: Request) -> JSONResponse:
+        counter, user = target(request)
+        ref = runtime.ref(LiveCounter, counter)
+        value = await _threaded(lambda: ref.increment(user=user))
+        return JSONResponse({"value": value})
+
+    async def reset(request: Request) -> Response:
+        counter, _ = target(request)
+        ref = runtime.ref(LiveCounter, counter)
+        await _threaded(ref.destroy)
+        return Response(status_code=204)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        runtime.start()
+        try:
+            yield
+        finally:
+            runtime.close()
+
+    return Starlette(
+        routes=[
+            Route("/", page),
+            Route("/increment", increment, methods=["POST"]),
+            Route("/reset", reset, methods=["POST"]),
+            Mount("/live", realtime(runtime, context=who, poll_interval=0.5)),
+        ],
+        lifespan=lifespan,
+    )
+
+
+async def _threaded(fn: Any) -> Any:
+    from starlette.concurrency import run_in_threadpool
+
+    return await run_in_threadpool(fn)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--database",
+        default=os.environ.get("LIVE_COUNTER_DATABASE"),
+        help="database URL (default: a SQLite file in the temporary directory)",
+    )
+    parser.add_argument(
+        "--lease-duration",
+        type=float,
+        default=30.0,
+        help="seconds a killed server's actors stay leased before another process may run them",
+    )
+    args = parser.parse_args()
+    database = args.database or f"sqlite:///{Path(tempfile.gettempdir()) / 'live_counter.db'}"
+    import uvicorn
+
+    app = build(database, lease_duration=args.lease_duration)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
