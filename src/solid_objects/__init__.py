@@ -19,6 +19,7 @@ Example::
 
 from .actor import Actor, payload, query
 from .authorization import AuthorizationRequest
+from .engine.actions import CommitContext
 from .engine.effects import EffectContext
 from .errors import (
     ActorDestroyed,
@@ -56,6 +57,7 @@ __all__ = [
     "AuthorizationRequest",
     "CallInsideTurn",
     "CallTimeout",
+    "CommitContext",
     "EffectContext",
     "ForeignDatabase",
     "IdempotencyConflict",

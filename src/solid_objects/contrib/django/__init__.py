@@ -30,7 +30,7 @@ it is used.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from sqlalchemy.engine import URL
@@ -40,10 +40,23 @@ from ...errors import ConfigurationError
 from ...ref import Ref
 from ...runtime import Runtime
 from . import transactions
+from .orm import close_turn_connections, table
 
-__all__ = ["build_runtime", "close", "database_url", "ref", "runtime", "send_on_commit", "settings"]
+__all__ = [
+    "build_runtime",
+    "close",
+    "commit_action",
+    "database_url",
+    "effect",
+    "ref",
+    "runtime",
+    "send_on_commit",
+    "settings",
+    "table",
+]
 
 A = TypeVar("A", bound=Actor)
+H = TypeVar("H", bound=Callable[..., Any])
 
 #: Django's OPTIONS for PostgreSQL that configure Django itself, not the libpq connection.
 _DJANGO_ONLY_OPTIONS = {"isolation_level", "server_side_binding", "pool", "assume_role"}
@@ -53,6 +66,9 @@ transactions.install()  # connection= accepts django.db.connection
 _lock = threading.RLock()
 _current: tuple[URL, Runtime] | None = None
 _started = False
+#: Handlers registered with :func:`effect` / :func:`commit_action`, given to every runtime.
+_effects: dict[str, Callable[..., Any]] = {}
+_commit_actions: dict[str, Callable[..., Any]] = {}
 
 
 class Sendable(Protocol):
@@ -163,7 +179,47 @@ def build_runtime() -> Runtime:
     built = Runtime(database_url(configured["DATABASE"]), **configured["OPTIONS"])
     if configured["ADMIN_POLICY"] is not None:
         built.admin.set_policy(configured["ADMIN_POLICY"])
+    with _lock:
+        for name, handler in _effects.items():
+            built.effect(name)(handler)
+        for name, handler in _commit_actions.items():
+            built.commit_action(name)(handler)
     return built
+
+
+def effect(name: str) -> Callable[[H], H]:
+    """``@effect("send_email")``: ``runtime().effect(name)`` on every runtime built here.
+
+    The runtime is built on first use and again on the test database, so handlers are
+    kept here and given to each; put them in an app's ``actors.py`` (imported at start).
+    """
+
+    def register(handler: H) -> H:
+        with _lock:
+            _effects[name] = handler
+            if _current is not None:
+                _current[1].effect(name)(handler)
+        return handler
+
+    return register
+
+
+def commit_action(name: str) -> Callable[[H], H]:
+    """``@commit_action("record_order")``: ``runtime().commit_action(name)`` on every runtime.
+
+    The handler writes Django models' tables through ``ctx.connection`` (the turn's
+    transaction), e.g. ``ctx.connection.execute(table(Order).insert().values(...))``:
+    the ORM writes on Django's own connection, outside the turn (see :mod:`.orm`).
+    """
+
+    def register(handler: H) -> H:
+        with _lock:
+            _commit_actions[name] = handler
+            if _current is not None:
+                _current[1].commit_action(name)(handler)
+        return handler
+
+    return register
 
 
 def runtime() -> Runtime:
@@ -208,6 +264,7 @@ def close() -> None:
         if _current is not None:
             _current[1].close()
         _current, _started = None, False
+    close_turn_connections()
 
 
 def send_on_commit(

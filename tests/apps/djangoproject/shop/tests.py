@@ -8,9 +8,9 @@ from django.test import TestCase, TransactionTestCase
 from sqlalchemy import text
 
 from solid_objects.contrib.django import ref, runtime, send_on_commit
-from solid_objects.errors import ConfigurationError, InvalidArguments
+from solid_objects.errors import ConfigurationError, InvalidArguments, MessageFailed, Rejected
 
-from .actors import DjangoTally
+from .actors import DjangoOrders, DjangoTally
 from .models import Order
 
 
@@ -125,3 +125,22 @@ class OutboxOnDjangosConnection(TransactionTestCase):
         with self.assertRaises(InvalidArguments):
             tally.add.with_options(connection="not a connection").send(n=1)
         assert queued("outbox-thread") == 0
+
+
+class CommitActionsWriteModels(TransactionTestCase):
+    """A commit action writes the model's table through ctx.connection, with the turn."""
+
+    def test_the_row_commits_with_the_turn(self) -> None:
+        assert ref(DjangoOrders, "o1").place(sku="tea") == 1
+        assert list(Order.objects.values_list("sku", flat=True)) == ["tea"]
+
+    def test_a_rejected_turn_leaves_no_row(self) -> None:
+        with self.assertRaises(Rejected):
+            ref(DjangoOrders, "o2").place(sku="")
+        assert Order.objects.count() == 0
+
+    def test_an_orm_write_from_actor_code_is_refused(self) -> None:
+        with self.assertRaises(MessageFailed) as failed:
+            ref(DjangoOrders, "o3").place_with_orm(sku="tea")
+        assert "ApplicationWriteForbidden" in str(failed.exception), failed.exception
+        assert Order.objects.count() == 0
