@@ -47,6 +47,6 @@ run 'solid-objects inspect $APP Account acct-7' solid-objects inspect "$APP" Acc
 run 'solid-objects doctor $APP --no-round-trip' solid-objects doctor "$APP" --no-round-trip
 run 'curl -s localhost:18088/healthz' curl -s localhost:18088/healthz
 echo
-run 'solid-objects prune $APP --older-than 0s --dry-run' solid-objects prune "$APP" --older-than 0s --dry-run
+run 'solid-objects prune $APP --older-than 0s' solid-objects prune "$APP" --older-than 0s
 kill -TERM "$worker"; wait "$worker"
 rm -rf "$demo"

@@ -211,9 +211,20 @@ def test_actors_discard_and_retry_many_from_stdin(app: tuple[Runtime, CLI]) -> N
         "no Account actors with an id starting with 'z'"
     )
 
-    assert cli.ok("dead-letters", "discard", TARGET, dead[0].id).strip() == (
+    # a preview by default: it shows the letter and writes nothing
+    audit = count_rows(rt, "audit")
+    preview = cli.ok("dead-letters", "discard", TARGET, dead[0].id)
+    assert "would discard 1 dead letter(s)" in preview and "Account a" in preview
+    assert "--execute" in preview
+    shown = cli.json("dead-letters", "discard", TARGET, dead[0].id, dead[1].id)
+    assert shown["dry_run"] is True
+    assert [d["id"] for d in shown["items"]] == [dead[0].id, dead[1].id]
+    assert count_rows(rt, "resolutions") == 0 and count_rows(rt, "audit") == audit
+    assert len(cli.json("dead-letters", "list", TARGET)["items"]) == 3
+    assert cli.ok("dead-letters", "discard", TARGET, dead[0].id, "--execute").strip() == (
         f"{dead[0].id}: discarded"
     )
+    assert "already discarded" in cli.ok("dead-letters", "discard", TARGET, dead[0].id)
     # a discarded letter refuses a retry, and then nothing of the batch is retried
     stderr = cli.fails(1, "dead-letters", "retry", TARGET, dead[1].id, dead[0].id)
     assert "was discarded; it cannot be retried" in stderr
@@ -269,6 +280,16 @@ def test_operation_errors_exit_1(app: tuple[Runtime, CLI]) -> None:
             case(1, f"error: no message '{unknown}'", "dead-letters", "retry", TARGET, unknown),
             case(1, f"error: no message '{unknown}'", "dead-letters", "show", TARGET, unknown),
             case(1, "error: no message", "dead-letters", "discard", TARGET, dead.id, unknown),
+            case(
+                1,
+                "error: no message",
+                "dead-letters",
+                "discard",
+                TARGET,
+                dead.id,
+                unknown,
+                "--execute",
+            ),
             case(1, f"error: no effect '{unknown}'", "effects", "retry", TARGET, unknown),
             case(1, "error: no actor Account 'nobody'", "inspect", TARGET, "Account", "nobody"),
             # not authorized: no policy at all, or a read-only one
@@ -296,6 +317,7 @@ def test_operation_errors_exit_1(app: tuple[Runtime, CLI]) -> None:
                 "discard",
                 TARGET,
                 dead.id,
+                "--execute",
                 SOLID_ADMIN_APP_POLICY="read",
             ),
         ]

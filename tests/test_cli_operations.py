@@ -103,9 +103,7 @@ def time_now(rt: Runtime) -> object:
     return datetime.fromtimestamp(db_now(rt) / 1000 + 1, UTC)
 
 
-def test_processes_listed_and_an_unknown_one_refused(
-    app: tuple[Runtime, CLI], db_url: str
-) -> None:
+def test_processes_listed_and_an_unknown_one_refused(app: tuple[Runtime, CLI], db_url: str) -> None:
     _rt, cli = app
     assert cli.ok("processes", "list", TARGET).strip() == "no worker processes running"
     with build_runtime(db_url, workers=1) as running:
@@ -123,14 +121,47 @@ def test_prune_previews_then_deletes_finished_rows(app: tuple[Runtime, CLI]) -> 
         rt.ref(Account, "old").deposit.send(amount=n)
     rt.testing.drain()
     time.sleep(1.1)
-    preview = cli.json("prune", TARGET, "--older-than", "1s", "--dry-run")
+    # a preview unless --execute (--dry-run is still understood, and says the same)
+    preview = cli.json("prune", TARGET, "--older-than", "1s")
+    assert preview["dry_run"] is True
     assert preview["rows"] == {"messages": 3, "effects": 3, "processes": 0}
-    assert count_rows(rt, "messages") == 3
-    out = cli.ok("prune", TARGET, "--older-than", "1s", "--kind", "messages")
-    assert "messages: deleted 3" in out
+    assert cli.json("prune", TARGET, "--older-than", "1s", "--dry-run")["rows"] == preview["rows"]
+    shown = cli.ok("prune", TARGET, "--older-than", "1s", "--kind", "messages")
+    assert "messages: would delete 3" in shown and "--execute" in shown
+    assert count_rows(rt, "messages") == 3 and count_rows(rt, "audit") == 0
+    out = cli.ok("prune", TARGET, "--older-than", "1s", "--kind", "messages", "--execute")
+    assert "messages: deleted 3" in out and "--execute" not in out
     assert count_rows(rt, "messages") == 0 and count_rows(rt, "effects") == 3
+    assert count_rows(rt, "audit") == 1
     assert "not a duration" in cli.fails(2, "prune", TARGET, "--older-than", "soon")
     assert "--older-than" in cli.fails(2, "prune", TARGET)
+    assert "contradict" in cli.fails(
+        2, "prune", TARGET, "--older-than", "1s", "--dry-run", "--execute"
+    )
+
+
+def test_expire_previews_then_deletes_idle_actors(app: tuple[Runtime, CLI]) -> None:
+    rt, cli = app
+    for name in ("idle", "busy"):
+        rt.ref(Account, name).deposit.send(amount=1)
+    rt.testing.drain()
+    rt.ref(Account, "busy").subscribe.send()  # a reminder: pending work, never expires
+    rt.testing.drain()
+    time.sleep(0.05)
+    none = cli.ok("expire", TARGET)
+    assert "no actor type has a state_ttl" in none
+    ttl = {"SOLID_ADMIN_APP_OPTIONS": json.dumps({"state_ttl": {"Account": 0.01}})}
+    preview = cli.ok("expire", TARGET, **ttl)
+    assert "Account: would delete 1" in preview and "--execute" in preview
+    assert cli.json("expire", TARGET, **ttl)["actors"] == {"Account": 1}
+    assert count_rows(rt, "actors") == 2 and count_rows(rt, "audit") == 0
+    assert "opt-in" in cli.fails(2, "expire", TARGET, "--type", "Other", **ttl)
+    refused = cli.fails(1, "expire", TARGET, "--execute", SOLID_ADMIN_APP_POLICY="read", **ttl)
+    assert "actors.expire" in refused
+    assert "Account: deleted 1" in cli.ok("expire", TARGET, "--execute", **ttl)
+    assert count_rows(rt, "actors", "actor_id = 'idle'") == 0
+    assert count_rows(rt, "actors", "actor_id = 'busy'") == 1
+    assert count_rows(rt, "audit", "action = 'actors.expire'") == 1
 
 
 def test_doctor_reports_each_check_and_a_real_round_trip(

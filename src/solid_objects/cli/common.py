@@ -284,3 +284,8 @@ limit_option = click.option(
 )
 cursor_option = click.option("--cursor", default=None, help="Continue a listing where it stopped.")
 reason_option = click.option("--reason", default=None, help="Why (kept in the audit record).")
+#: Destructive commands only preview what they would do, unless given this.
+execute_option = click.option(
+    "--execute", is_flag=True, help="Do it; without this flag only show what would be done."
+)
+PREVIEW_HINT = "(a preview: nothing was changed; run again with --execute to do it)"

@@ -9,11 +9,15 @@ from typing import Any
 
 import click
 
+from ..admin import DeadLetter
 from .common import (
+    PREVIEW_HINT,
+    OperationFailed,
     admin_session,
     cursor_option,
     emit_json,
     error_text,
+    execute_option,
     iso,
     json_option,
     limit_option,
@@ -377,19 +381,47 @@ def dead_letters_retry(
 @target_argument
 @click.argument("message_ids", nargs=-1, required=True, metavar="MESSAGE_ID... | -")
 @reason_option
+@execute_option
 @json_option
 def dead_letters_discard(
-    target: str, message_ids: tuple[str, ...], reason: str | None, as_json: bool
+    target: str, message_ids: tuple[str, ...], reason: str | None, execute: bool, as_json: bool
 ) -> None:
-    """Mark dead letters discarded so they no longer list as open. Idempotent."""
+    """Mark dead letters discarded so they no longer list as open. Idempotent.
+
+    Without --execute, only shows what would be discarded (and fails as the discard
+    would: an unknown id, a letter already retried).
+    """
     ids = read_ids(message_ids)
     with admin_session(target) as admin:
-        results = admin.discard_dead_letters(ids, reason=reason)
+        if not execute:
+            letters = [_discardable(admin.get_dead_letter(i)) for i in ids]
+        else:
+            results = admin.discard_dead_letters(ids, reason=reason)
+    if not execute:
+        if as_json:
+            emit_json({"dry_run": True, "items": letters})
+            return
+        click.echo(f"would discard {sum(d.resolution is None for d in letters)} dead letter(s):")
+        for d in letters:
+            what = "already discarded" if d.resolution else f"{d.actor_type} {d.actor_id}"
+            click.echo(f"  {d.id}  {what}  {d.operation}  {short(error_text(d.error), 50)}")
+        click.echo(PREVIEW_HINT)
+        return
     if as_json:
         emit_json(results)
         return
     for r in results:
         click.echo(f"{r.message_id}: {'already discarded' if r.already else 'discarded'}")
+
+
+def _discardable(letter: DeadLetter) -> DeadLetter:
+    """The letter, or the refusal the discard itself would give."""
+    if letter.resolution == "retried":
+        raise OperationFailed(
+            f"dead letter {letter.id} was already retried as {letter.retry_message_id}; "
+            "it cannot be discarded"
+        )
+    return letter
 
 
 @click.group()

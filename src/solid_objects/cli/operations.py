@@ -15,10 +15,12 @@ import click
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
+    PREVIEW_HINT,
     OperationFailed,
     admin_session,
     cursor_option,
     emit_json,
+    execute_option,
     iso,
     json_option,
     limit_option,
@@ -73,7 +75,7 @@ def _pause_command(pause: bool) -> click.Command:
         click.echo(f"{actor_type} {actor_id}: {'already ' if result.already else ''}{state}")
 
     command.help = (
-        "Hold an actor's mailbox: calls are accepted, none runs until \"resume\"."
+        'Hold an actor\'s mailbox: calls are accepted, none runs until "resume".'
         if pause
         else "Let a paused actor's mailbox run again, in order."
     )
@@ -321,12 +323,23 @@ def messages_cancel(target: str, message_id: str, reason: str | None, as_json: b
     type=click.Choice(["messages", "effects", "processes", "audit"]),
     help="What to prune (repeatable; default: messages, effects, processes).",
 )
-@click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
+@execute_option
+@click.option("--dry-run", is_flag=True, help="Only count (the default without --execute).")
 @json_option
 def prune(
-    target: str, older_than: str, kinds: tuple[str, ...], dry_run: bool, as_json: bool
+    target: str,
+    older_than: str,
+    kinds: tuple[str, ...],
+    execute: bool,
+    dry_run: bool,
+    as_json: bool,
 ) -> None:
-    """Delete finished messages, done effects and stopped processes (never live work)."""
+    """Delete finished messages, done effects and stopped processes (never live work).
+
+    Counts what it would delete unless given --execute.
+    """
+    if execute and dry_run:
+        raise click.UsageError("--dry-run and --execute contradict each other")
     age = parse_duration(older_than)
     chosen = kinds or ("messages", "effects", "processes")
 
@@ -335,14 +348,52 @@ def prune(
             click.echo(f"  {kind}: {deleted} deleted...", err=True)
 
     with admin_session(target) as admin:
-        report = admin.prune(age, kinds=chosen, dry_run=dry_run, progress=progress)
+        report = admin.prune(age, kinds=chosen, dry_run=not execute, progress=progress)
     if as_json:
         emit_json(report)
         return
-    verb = "would delete" if dry_run else "deleted"
+    verb = "deleted" if execute else "would delete"
     click.echo(f"finished before {iso(report.cutoff)}:")
     for kind, count in report.rows.items():
         click.echo(f"  {kind}: {verb} {count}")
+    for actor_type, cutoff in report.cutoffs.items():
+        click.echo(f"  (messages of {actor_type}: finished before {iso(cutoff)}, its retention)")
+    if not execute:
+        click.echo(PREVIEW_HINT)
+
+
+@click.command()
+@target_argument
+@click.option("--type", "actor_type", default=None, help="Only this actor type.")
+@execute_option
+@json_option
+def expire(target: str, actor_type: str | None, execute: bool, as_json: bool) -> None:
+    """Delete idle actors of the types given a state_ttl, state and all.
+
+    Only actors with no pending work, no live lease and no open dead letter, untouched
+    for their type's state_ttl. Counts them unless given --execute.
+    """
+
+    def progress(kind: str, deleted: int) -> None:
+        if not as_json:
+            click.echo(f"  {kind}: {deleted} deleted...", err=True)
+
+    with admin_session(target) as admin:
+        report = admin.expire_actors(actor_type=actor_type, dry_run=not execute, progress=progress)
+    if as_json:
+        emit_json(report)
+        return
+    if not report.actors:
+        click.echo(
+            "no actor type has a state_ttl, so none expires: "
+            'Runtime(state_ttl={"Type": seconds}) opts a type in'
+        )
+        return
+    verb = "deleted" if execute else "would delete"
+    for kind, count in report.actors.items():
+        click.echo(f"{kind}: {verb} {count} (untouched since {iso(report.cutoffs[kind])})")
+    if not execute:
+        click.echo(PREVIEW_HINT)
 
 
 # --- doctor and health ----------------------------------------------------------------------
@@ -401,5 +452,6 @@ def register(main: click.Group) -> None:
     main.add_command(reminders)
     main.add_command(processes)
     main.add_command(prune)
+    main.add_command(expire)
     main.add_command(doctor)
     main.add_command(health)
