@@ -33,7 +33,7 @@ from .authorization import (
     answer,
     option_name,
 )
-from .engine.presence import SERVE_ADVICE, unserved
+from .engine.presence import SERVE_ADVICE, unhandled_effects, unserved
 from .redaction import redact_url
 from .store.schema import SCHEMA_VERSION, installed_version
 
@@ -317,6 +317,7 @@ def _backlog(runtime: Runtime, checks: list[Check]) -> None:
         _now, counts = store.status_counts(tx)
         orphans = store.orphan_counts(tx)
         stranded = unserved(store, tx)
+        unhandled = unhandled_effects(store, tx)
     stranded.pop(SolidObjectsDoctorProbe.actor_type, None)  # a probe of a doctor that died
     dead = sum(c.dead_letters for c in counts)
     dead_effects = sum(c.effects_dead for c in counts)
@@ -339,6 +340,21 @@ def _backlog(runtime: Runtime, checks: list[Check]) -> None:
             f"{actor_type} ({count} waiting)" for actor_type, count in stranded.items()
         )
         advice.append(SERVE_ADVICE)
+    if unhandled:
+        detail += "; no live process handles effect " + ", ".join(
+            f"{name} ({count} pending)" for name, count in unhandled.items()
+        )
+        timeout = runtime.options.unhandled_effect_timeout
+        advice.append(
+            "register the handler with @runtime.effect(NAME) in a process that runs "
+            "workers, or fix the name given to emit(); "
+            + (
+                "they wait forever (unhandled_effect_timeout=None)"
+                if timeout is None
+                else f"after {timeout:g}s unhandled (unhandled_effect_timeout) each is dead "
+                "and its on_failure callback runs"
+            )
+        )
     if any(orphans):
         detail += f"; orphaned rows (messages, reminders, effects): {orphans}"
         advice.append("report the orphaned rows: they indicate a bug")

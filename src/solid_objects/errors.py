@@ -238,6 +238,11 @@ class StateMigrationError(SolidObjectsError):
     """Stored state cannot be brought to the class's ``state_version``."""
 
 
+class UnhandledEffect(SolidObjectsError):
+    """No live process handled the effect's name for ``unhandled_effect_timeout``: the
+    effect is dead without having run (the error its ``on_failure`` callback gets)."""
+
+
 class InvalidState(SolidObjectsError, ValueError):
     """After a turn the actor's public attributes do not match their annotations."""
 

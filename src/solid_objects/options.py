@@ -49,6 +49,10 @@ class Options:
     effect_timeout: float = 60.0
     #: Attempts of an effect handler before the effect is dead (and ``on_failure`` runs).
     effect_max_attempts: int = 10
+    #: Seconds an effect may wait with no live process handling its name (a typo in
+    #: ``emit``, a handler never deployed) before it is dead and ``on_failure`` runs
+    #: (None: it waits forever).
+    unhandled_effect_timeout: float | None = 3600.0
     #: Queued plus running messages one actor may hold before an enqueue raises
     #: ``MailboxFull`` (None: unbounded). Delayed sends and ``send_to`` are not refused.
     max_mailbox_length: int | None = 10_000
@@ -170,6 +174,8 @@ class Options:
             positive("max_mailbox_length", integer=True)
         if self.max_activation_seconds is not None:
             positive("max_activation_seconds")
+        if self.unhandled_effect_timeout is not None:
+            positive("unhandled_effect_timeout")
         positive("workers", integer=True, zero=True)
         for name in (
             "max_attempts",

@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import faults
 from ..codec import canonical_json, encode_json
-from ..errors import IdempotencyConflict, Rejected, error_document
+from ..errors import IdempotencyConflict, Rejected, UnhandledEffect, error_document
 from ..observability.events import Instrumentation, LogEvents, effect_fields
 from ..options import Options
 from ..registry import NamedHandlers, Registry
@@ -121,6 +121,56 @@ class EffectRunner:
             with self._lock:
                 self._inflight += 1
             self._executor.submit(self._run_and_release, effect)
+        return len(claimed)
+
+    def serving(self) -> tuple[str, ...]:
+        """The effect names this process runs handlers for (published in its registry row)."""
+        return self.handlers.names() if self._executor is not None else ()
+
+    def expire_unhandled(self) -> int:
+        """Kill the effects no process handled for ``unhandled_effect_timeout``.
+
+        An effect qualifies when it has been due that long and no process that handles
+        its name was live during that time (the process registry's ``effect_names``).
+        Each is claimed like any effect, then recorded ``dead`` on the same path as an
+        effect out of attempts, so its ``on_failure`` callback runs; a process that
+        starts handling the name first wins the claim and runs it instead.
+        """
+        timeout = self.options.unhandled_effect_timeout
+        if timeout is None:
+            return 0
+        age = int(timeout * 1000)
+        with self.store.read() as tx:
+            handled = self.store.handled_effect_names(tx, within_ms=age)
+            stranded = self.store.unhandled_effects(tx, sorted(handled), due_for_ms=age, limit=100)
+        if not stranded:
+            return 0
+
+        def claim(tx: Tx) -> list[EffectRow]:
+            return [
+                e
+                for e in stranded
+                if self.store.claim_effect(
+                    tx, e, self.owner, int(self.options.effect_timeout * 1000)
+                )
+            ]
+
+        claimed = self.store.transact(claim)
+        for effect in claimed:
+            effect.attempts += 1
+            exc = UnhandledEffect(
+                f"no live process handled effect {effect.name!r} for {timeout:g}s "
+                "(unhandled_effect_timeout): register a handler with @runtime.effect"
+                f"({effect.name!r}) in a process that runs workers"
+            )
+            log.warning(
+                "effect %s %s is dead: %s",
+                effect.name,
+                effect.id,
+                exc,
+                extra={"solid_action": "effect_unhandled", **effect_fields(effect)},
+            )
+            self._record(effect, "dead", result=None, error=canonical_json(error_document(exc)))
         return len(claimed)
 
     def _run_and_release(self, effect: EffectRow) -> None:

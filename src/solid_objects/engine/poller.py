@@ -45,6 +45,8 @@ class Poller:
         self.retention = RetentionSchedule(self.store, self.options)
         #: ``time.monotonic()`` of the last committed heartbeat (for the health check).
         self.last_maintained = time.monotonic()
+        #: When :meth:`maintain` next looks for effects nobody handles.
+        self._next_unhandled_check = 0.0
 
     def start(self) -> threading.Thread:
         self.last_maintained = time.monotonic()
@@ -183,7 +185,20 @@ class Poller:
             recovered = self._maintain_apart(idle, held)
         self.last_maintained = time.monotonic()
         pool.presence.log_recovered(recovered)
-        return len(idle) + len(recovered)
+        return len(idle) + len(recovered) + self._expire_unhandled()
+
+    def _expire_unhandled(self) -> int:
+        """Now and then (a tenth of ``unhandled_effect_timeout``, at most every minute),
+        kill the effects no live process handled for that long (``EffectRunner``)."""
+        timeout = self.options.unhandled_effect_timeout
+        if timeout is None or time.monotonic() < self._next_unhandled_check:
+            return 0
+        self._next_unhandled_check = time.monotonic() + min(timeout / 10, 60.0)
+        try:
+            return self.pool.effects.expire_unhandled()
+        except DB_ERRORS:
+            log.exception("could not look for unhandled effects; the next heartbeat will")
+            return 0
 
     def _maintain_apart(
         self, idle: list[Activation], held: list[int]

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import socket
+from collections.abc import Callable
 
 from ..options import Options
 from ..registry import Registry
@@ -32,6 +33,15 @@ SERVE_ADVICE = (
 )
 
 
+def unhandled_effects(store: Store, tx: Tx) -> dict[str, int]:
+    """Unfinished effects, by name, of the names no live process handles."""
+    pending = store.pending_effect_names(tx)
+    if not pending:
+        return {}
+    handled = store.handled_effect_names(tx)
+    return {name: n for name, n in pending.items() if name not in handled}
+
+
 def unserved(store: Store, tx: Tx) -> dict[str, int]:
     """Waiting messages, by actor type, of the types no live process serves."""
     backlog = store.backlog_types(tx)
@@ -42,18 +52,28 @@ def unserved(store: Store, tx: Tx) -> dict[str, int]:
 
 
 class Presence:
-    def __init__(self, store: Store, options: Options, owner: str, registry: Registry) -> None:
+    def __init__(
+        self,
+        store: Store,
+        options: Options,
+        owner: str,
+        registry: Registry,
+        effect_names: Callable[[], tuple[str, ...]] = tuple,
+    ) -> None:
         self.store = store
         self.owner = owner
         self.ttl_ms = options.lease_ms
         self.registry = registry
-        #: The types written in this process's row at its last registration.
-        self._published: tuple[str, ...] | None = None
+        self.effect_names = effect_names
+        #: The types and effect names written in this process's row at its last
+        #: registration.
+        self._published: tuple[tuple[str, ...], tuple[str, ...]] | None = None
 
     def register(self, tx: Tx) -> None:
         from .. import __version__
 
         types = self.registry.types()
+        effects = self.effect_names()
         self.store.register_process(
             tx,
             owner=self.owner,
@@ -61,16 +81,17 @@ class Presence:
             pid=os.getpid(),
             version=__version__,
             actor_types=json.dumps(list(types)),
+            effect_names=json.dumps(list(effects)),
             ttl_ms=self.ttl_ms,
         )
-        self._published = types
+        self._published = (types, effects)
 
     def beat(self, tx: Tx) -> None:
         """Renew the row; register again if it is gone (pruned, or the tables reinstalled),
-        or if this process serves other types now (a class defined after the start)."""
-        if self.registry.types() != self._published or not self.store.heartbeat(
-            tx, self.owner, self.ttl_ms
-        ):
+        or if this process serves other types or effects now (a class defined after the
+        start)."""
+        published = (self.registry.types(), self.effect_names())
+        if published != self._published or not self.store.heartbeat(tx, self.owner, self.ttl_ms):
             self.register(tx)
 
     def warn_unserved(self, tx: Tx) -> None:

@@ -86,7 +86,7 @@ class WorkerPool(DirectTurns, CommitsApart):
         self._turn_seconds: dict[tuple[str, str], float] = {}
         self.effects = EffectRunner(store, registry, effects, options, owner, self.route)
         self.instrument: Instrumentation = self.effects.instrument  # see observability
-        self.presence = Presence(store, options, owner, registry)
+        self.presence = Presence(store, options, owner, registry, self.effects.serving)
         self.poller = Poller(self)
         self.effects.on_idle_slot = self.poller.wake
         #: Called with (actor_type, actor_id) after a commit that wrote a broadcast row
@@ -104,13 +104,13 @@ class WorkerPool(DirectTurns, CommitsApart):
             return
         self._stopping.clear()
         self.running = True
+        self.effects.start()  # first: the registry row lists the effects it runs
         try:
             self.store.transact(self.presence.register)
             with self.store.read() as tx:
                 self.presence.warn_unserved(tx)
         except DB_ERRORS:
             log.exception("could not register this process; the next heartbeat will")
-        self.effects.start()
         for n in range(self.options.workers):
             t = threading.Thread(target=self._work, name=f"solid-worker-{n}", daemon=True)
             t.start()

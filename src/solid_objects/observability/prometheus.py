@@ -21,6 +21,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..engine.presence import unhandled_effects
 from ..errors import ConfigurationError
 from ..store.metrics import type_gauges
 from .events import Instrumentation, Turn, turn_outcome
@@ -232,6 +233,12 @@ class _RuntimeCollector(Collector):
                 ("dead_letters", "Dead letters no operator has retried or discarded yet."),
             ):
                 families[name] = GaugeMetricFamily(f"{ns}_{name}", text, labels=["actor_type"])
+            families["unhandled_effects"] = GaugeMetricFamily(
+                f"{ns}_unhandled_effects",
+                "Unfinished effects whose name no live process handles (a typo in emit, "
+                "a handler not deployed).",
+                labels=["effect"],
+            )
         return families
 
     def describe(self) -> Iterable[Metric]:
@@ -246,9 +253,12 @@ class _RuntimeCollector(Collector):
             try:
                 with store.read() as tx:
                     rows = type_gauges(tx, store.prefix)
+                    unhandled = unhandled_effects(store, tx)
             except Exception as exc:  # a scrape must not fail because the database did
                 log.warning("metrics: cannot read the database gauges: %r", exc)
                 return [families["activations"]]
+            for name, count in unhandled.items():
+                families["unhandled_effects"].add_metric([name], count)
             for g in rows:
                 families["mailbox_depth"].add_metric([g.actor_type], g.queued)
                 families["actors_with_work"].add_metric([g.actor_type], g.actors_with_work)

@@ -207,6 +207,26 @@ class OutboxStatements:
             for r in rows
         ]
 
+    def unhandled_effects(
+        self, tx: Tx, handled: Sequence[str], *, due_for_ms: int, limit: int
+    ) -> list[EffectRow]:
+        """Effects due for ``due_for_ms`` or longer whose name is not in ``handled``."""
+        where = ""
+        params: dict[str, Any] = {"age": due_for_ms, "limit": limit}
+        if handled:
+            placeholders, names = _in(handled, "n")
+            where = f"AND name NOT IN ({placeholders}) "
+            params.update(names)
+        rows = tx.rows(
+            f"SELECT {_EFFECT_COLS} FROM {{effects}} WHERE status IN ('pending', 'running') "
+            f"AND available_at <= {{now}} - :age {where}ORDER BY available_at LIMIT :limit",
+            params,
+        )
+        return [
+            EffectRow(r[0], int(r[1]), r[2], r[3], r[4], r[5], r[6], r[7], r[8], int(r[9]), r[10])
+            for r in rows
+        ]
+
     def claim_effect(self, tx: Tx, effect: EffectRow, owner: str, timeout_ms: int) -> bool:
         """Take an effect for ``timeout_ms``; after that another runner may take it over."""
         return (

@@ -78,6 +78,7 @@ class ProcessStatements:
         version: str,
         actor_types: str,
         ttl_ms: int,
+        effect_names: str = "[]",
     ) -> None:
         """Insert the process row, or bring a stopped one back (a restarted runtime)."""
         params = {
@@ -86,11 +87,13 @@ class ProcessStatements:
             "pid": pid,
             "version": version[:32],
             "types": actor_types,
+            "effects": effect_names,
             "ttl": ttl_ms,
         }
         revived = tx.run(
             self._proc(
-                "UPDATE {processes} SET actor_types = :types, heartbeat_at = {now}, "
+                "UPDATE {processes} SET actor_types = :types, effect_names = :effects, "
+                "heartbeat_at = {now}, "
                 "expires_at = {now} + :ttl, stopped_at = NULL, stop_reason = NULL "
                 "WHERE owner = :owner"
             ),
@@ -100,8 +103,8 @@ class ProcessStatements:
             tx.run(
                 self._proc(
                     "INSERT INTO {processes} (owner, host, pid, version, actor_types, "
-                    "started_at, heartbeat_at, expires_at) VALUES (:owner, :host, :pid, "
-                    ":version, :types, {now}, {now}, {now} + :ttl)"
+                    "effect_names, started_at, heartbeat_at, expires_at) VALUES (:owner, "
+                    ":host, :pid, :version, :types, :effects, {now}, {now}, {now} + :ttl)"
                 ),
                 params,
             )
@@ -173,6 +176,37 @@ class ProcessStatements:
             except ValueError:
                 served[str(owner)] = []
         return served
+
+    def handled_effect_names(self, tx: Tx, *, within_ms: int = 0) -> set[str]:
+        """The effect names some process handles now, or did within the last ``within_ms``.
+
+        A process was last live at its clean stop or recovery (``stopped_at``), else
+        at the expiry of its last heartbeat.
+        """
+        handled: set[str] = set()
+        for (names,) in tx.rows(
+            self._proc(
+                "SELECT effect_names FROM {processes} WHERE effect_names IS NOT NULL AND "
+                "CASE WHEN stopped_at IS NULL THEN expires_at ELSE stopped_at END "
+                "> {now} - :within"
+            ),
+            {"within": within_ms},
+        ):
+            try:
+                handled.update(str(n) for n in json.loads(names))
+            except ValueError:
+                pass
+        return handled
+
+    def pending_effect_names(self, tx: Tx) -> dict[str, int]:
+        """Effects not finished yet (pending, or running under a claim), by name."""
+        return {
+            str(name): int(count)
+            for name, count in tx.rows(
+                "SELECT name, COUNT(*) FROM {effects} WHERE status IN ('pending', 'running') "
+                "GROUP BY name ORDER BY name"
+            )
+        }
 
     def backlog_types(self, tx: Tx) -> dict[str, int]:
         """Messages waiting to run (in a mailbox or delayed), by actor type."""

@@ -30,7 +30,7 @@ from .admin import define_admin_tables, migrate_admin_tables
 from .dialect import Dialect
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 
 def _ident(length: int) -> String:
@@ -207,6 +207,8 @@ def build_metadata(prefix: str) -> MetaData:
         Column("version", String(32), nullable=False),
         # JSON list of the actor types the process runs.
         Column("actor_types", _big_text(), nullable=False),
+        # JSON list of the effect names it runs handlers for (schema 10; NULL: none).
+        Column("effect_names", _big_text(), nullable=True),
         Column("started_at", BigInteger, nullable=False),
         Column("heartbeat_at", BigInteger, nullable=False),
         # Stale once the database clock passes this without a new heartbeat.
@@ -333,6 +335,21 @@ def _migrate_to_9(conn: Connection, md: MetaData) -> None:
     _create(conn, md, "broadcasts")
 
 
+def _migrate_to_10(conn: Connection, md: MetaData) -> None:
+    """The effects each process handles: ``processes.effect_names`` (an effect no live
+    process handles is visible, and dies after ``unhandled_effect_timeout``).
+
+    Rows written before it have NULL there: a process of an older version is gone
+    once the schema is upgraded (it refuses to run against a newer schema).
+    """
+    from sqlalchemy import inspect
+
+    table = f"{md.info['prefix']}processes"
+    if "effect_names" not in {c["name"] for c in inspect(conn).get_columns(table)}:
+        kind = "LONGTEXT" if conn.dialect.name in ("mysql", "mariadb") else "TEXT"
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN effect_names {kind} NULL"))
+
+
 #: Ordered migrations: entry ``n`` brings the schema from version ``n`` to ``n + 1``.
 MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_1,
@@ -344,6 +361,7 @@ MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_7,
     _migrate_to_8,
     _migrate_to_9,
+    _migrate_to_10,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
