@@ -83,6 +83,20 @@ def test_a_retry_sees_the_next_attempt_and_the_same_id(
     assert [(i.id, i.attempt) for i in _seen] == [(sent.id, 1), (sent.id, 2)]
 
 
+def test_a_retry_held_back_by_its_backoff_runs_at_the_test_clock(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """``run_due_reminders(now)`` runs a retry due before ``now``, not only after real time."""
+    rt = make_runtime(workers=0, retry_base_delay=30.0, retry_max_delay=30.0)
+    _fail_first.add("flaky")
+    sent = rt.ref(Inbox, "a").note.send(label="flaky")
+    rt.testing.drain()
+    assert [(i.id, i.attempt) for i in _seen] == [(sent.id, 1)]  # held back for 30 s
+    assert rt.testing.run_due_reminders(at(rt, minutes=1)) == 1
+    assert [(i.id, i.attempt) for i in _seen] == [(sent.id, 1), (sent.id, 2)]
+    assert sent.result() == sent.id
+
+
 def test_an_actor_send_names_the_sending_actor(make_runtime: Callable[..., Runtime]) -> None:
     rt = make_runtime(workers=0)
     rt.ref(Inbox, "from").forward.send(to="to")

@@ -115,15 +115,18 @@ def test_sends_from_successive_turns_arrive_in_turn_order(
 def test_equal_delays_from_one_turn_keep_staging_order(
     make_runtime: Callable[..., Runtime],
 ) -> None:
-    """Five turns each stage 20 sends with delay=0.5 s: each Sink applies 0..19 in order."""
+    """Five turns each stage 20 sends with delay=60 s: each Sink applies 0..19 in order.
+
+    (The delay outlasts any drain on a loaded machine; the test clock makes them due.)
+    """
     rt = make_runtime(workers=0)
     rt.register(Source)
     rt.register(Sink)
     for round_ in range(5):
-        rt.ref(Source, f"d{round_}").stage.send(count=20, delay=0.5)
+        rt.ref(Source, f"d{round_}").stage.send(count=20, delay=60.0)
     rt.testing.drain()
     assert count_rows(rt, "messages", "operation = 'put' AND status = 'scheduled'") == 100
-    rt.testing.run_due_reminders(later(rt, 1))
+    rt.testing.run_due_reminders(later(rt, 61))
     assert [seen(rt, f"d{round_}") for round_ in range(5)] == [list(range(20))] * 5
 
 
@@ -175,7 +178,7 @@ def test_a_schema_5_database_upgrades_and_its_waiting_messages_still_arrive(
 ) -> None:
     rt = make_runtime(workers=0)
     rt.register(Source)
-    rt.ref(Source, "old").stage.send(count=3, delay=0.5)
+    rt.ref(Source, "old").stage.send(count=3, delay=60.0)  # still waiting after the upgrade
     rt.testing.drain()
     with rt.store.engine.begin() as conn:
         conn.exec_driver_sql("ALTER TABLE solid_messages DROP COLUMN send_order")
@@ -187,5 +190,5 @@ def test_a_schema_5_database_upgrades_and_its_waiting_messages_still_arrive(
         assert tx.scalar("SELECT version FROM solid_schema") == SCHEMA_VERSION
         waiting = "status = 'scheduled' AND send_order IS NULL"
         assert tx.scalar(f"SELECT COUNT(*) FROM solid_messages WHERE {waiting}") == 3
-    upgraded.testing.run_due_reminders(later(upgraded, 1))
+    upgraded.testing.run_due_reminders(later(upgraded, 61))
     assert sorted(seen(upgraded, "old")) == [0, 1, 2]  # rows from before: ordered by id

@@ -77,6 +77,9 @@ from .test_processes import Cluster
 STEP = 20.0
 LEASE = 0.5
 SERVERS = [b for b in BACKENDS if b != "sqlite"]
+# These tests stop, restart and cut the shared servers: every other test's connections
+# would see the fault too, so they run alone, after the parallel pass (scripts/test).
+pytestmark = pytest.mark.serial
 
 
 class Log(Actor):

@@ -29,7 +29,7 @@ class Testing:
         return self._runtime._pool.drain(timeout=timeout)
 
     def run_due_reminders(self, now: datetime, *, timeout: float = 60.0) -> int:
-        """Fire time-triggered work (delayed messages, reminders) due at ``now``.
+        """Fire time-triggered work (delayed messages, reminders, retries) due at ``now``.
 
         ``now`` stands in for the database clock when deciding what is due, so
         a test can jump three days ahead; a naive datetime is taken as UTC.

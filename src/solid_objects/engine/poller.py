@@ -63,12 +63,15 @@ class Poller:
 
     # --- one round --------------------------------------------------------------------
 
-    def poll_once(self, *, capacity: int) -> int:
-        """Signal held actors with new work and claim free ones; one read when idle."""
+    def poll_once(self, *, capacity: int, now_ms: int | None = None) -> int:
+        """Signal held actors with new work and claim free ones; one read when idle.
+
+        ``now_ms`` (a test clock) makes heads held back by a retry's backoff due.
+        """
         pool = self.pool
         with self.store.read() as tx:
             ready = self.store.find_ready(
-                tx, pool.owner, capacity + pool.held(), pool.registry.types()
+                tx, pool.owner, capacity + pool.held(), pool.registry.types(), now_ms=now_ms
             )
         woken = pool.woken
         claimable = []
@@ -91,7 +94,9 @@ class Poller:
 
         def claim_all(tx: Tx) -> list[Claimed]:
             got = (
-                self.store.claim(tx, r.pk, r.lease_generation, pool.owner, self.options.lease_ms)
+                self.store.claim(
+                    tx, r.pk, r.lease_generation, pool.owner, self.options.lease_ms, now_ms=now_ms
+                )
                 for r in claimable
             )
             return [c for c in got if c is not None]
@@ -101,13 +106,13 @@ class Poller:
         except DB_ERRORS:
             if len(claimable) == 1:
                 raise
-            claimed = self._claim_apart(claimable)
+            claimed = self._claim_apart(claimable, now_ms)
         faults.point("claim.committed")
         for c in claimed:
             pool.adopt(c)
         return found + len(claimed)
 
-    def _claim_apart(self, claimable: list[ReadyActor]) -> list[Claimed]:
+    def _claim_apart(self, claimable: list[ReadyActor], now_ms: int | None) -> list[Claimed]:
         """The batch of claims failed (one actor's row locked past ``busy_timeout``, a
         trigger...): claim each alone, so that one actor never holds up the others."""
         pool = self.pool
@@ -119,6 +124,7 @@ class Poller:
                 generation=r.lease_generation,
                 owner=pool.owner,
                 lease_ms=self.options.lease_ms,
+                now_ms=now_ms,
             )
             try:
                 got = self.store.transact(claim)

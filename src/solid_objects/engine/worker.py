@@ -752,14 +752,15 @@ class WorkerPool(DirectTurns, CommitsApart):
     def drain(self, *, now_ms: int | None = None, timeout: float = 60.0) -> int:
         """Run all ready work now, in the calling thread; return the number of turns.
 
-        Time-triggered work (delayed messages, reminders) counts as due at ``now_ms``
+        Time-triggered work (delayed messages, reminders, retries held back by their
+        backoff) counts as due at ``now_ms``
         when given; effects run inline, so their callbacks run in the same drain.
         """
         deadline = time.monotonic() + timeout
         total = 0
         while time.monotonic() < deadline:
             progressed = self.poller.run_due(now_ms)
-            progressed += self.poller.poll_once(capacity=10_000)
+            progressed += self.poller.poll_once(capacity=10_000, now_ms=now_ms)
             progressed += self.effects.poll(inline=True)
             while True:
                 acts = self._take(_TURN_BATCH, timeout=None)

@@ -330,10 +330,20 @@ class Store(
 
     # --- claim ------------------------------------------------------------------------
 
-    def find_ready(self, tx: Tx, owner: str, limit: int, types: Sequence[str]) -> list[ReadyActor]:
+    def find_ready(
+        self,
+        tx: Tx,
+        owner: str,
+        limit: int,
+        types: Sequence[str],
+        *,
+        now_ms: int | None = None,
+    ) -> list[ReadyActor]:
         """Actors of ``types`` with due work, free to claim or already leased by ``owner``.
 
-        ``lease_owner`` is reported only for a lease that has not expired.
+        ``lease_owner`` is reported only for a lease that has not expired. ``now_ms``
+        (a test clock) decides which held-back heads (a retry's backoff) are due; leases
+        always expire on the database's clock.
 
         A worker only claims the types it can run, so a process that does not know a
         type (a rolling deploy) leaves its messages to one that does.
@@ -342,11 +352,12 @@ class Store(
             return []
         names = ", ".join(f":t{i}" for i in range(len(types)))
         params: dict[str, Any] = {f"t{i}": t for i, t in enumerate(types)}
-        params.update(owner=owner, limit=limit)
+        params.update(owner=owner, limit=limit, ready_now=now_ms)
+        due = "{now}" if now_ms is None else ":ready_now"
         rows = tx.rows(
             "SELECT pk, CASE WHEN lease_expires_at <= {now} THEN NULL ELSE lease_owner END, "
             "lease_generation FROM {actors} "
-            "WHERE ready_at <= {now} AND paused = 0 AND (lease_owner IS NULL "
+            f"WHERE ready_at <= {due} AND paused = 0 AND (lease_owner IS NULL "
             "OR lease_expires_at <= {now} OR lease_owner = :owner) "
             f"AND {self.dialect.unindexed('actor_type')} IN ({names}) "
             "ORDER BY ready_at LIMIT :limit",
@@ -354,8 +365,20 @@ class Store(
         )
         return [ReadyActor(int(r[0]), r[1], int(r[2])) for r in rows]
 
-    def claim(self, tx: Tx, pk: int, generation: int, owner: str, lease_ms: int) -> Claimed | None:
+    def claim(
+        self,
+        tx: Tx,
+        pk: int,
+        generation: int,
+        owner: str,
+        lease_ms: int,
+        *,
+        now_ms: int | None = None,
+    ) -> Claimed | None:
         """Take a free or expired lease (compare-and-set on the generation).
+
+        ``now_ms`` (a test clock) decides whether a held-back head is due, as in
+        :meth:`find_ready`.
 
         A claim counts as a start of the head message (``attempt``), so a message whose
         worker dies every time runs out of attempts, except when this process retakes
@@ -371,9 +394,11 @@ class Store(
             "attempt = attempt + CASE WHEN lease_owner = :claimer THEN 0 ELSE 1 END, "
             "lease_owner = :owner, lease_token = :token, "
             "lease_generation = :gen + 1, lease_expires_at = {now} + :lease_ms "
-            "WHERE pk = :pk AND lease_generation = :gen AND ready_at <= {now} "
+            "WHERE pk = :pk AND lease_generation = :gen "
+            f"AND ready_at <= {'{now}' if now_ms is None else ':ready_now'} "
             "AND paused = 0 AND (lease_owner IS NULL OR lease_expires_at <= {now})",
             {
+                "ready_now": now_ms,
                 "owner": owner,
                 "claimer": owner,  # a second name: PostgreSQL types each use of one apart
                 "token": lease.token,
