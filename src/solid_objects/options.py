@@ -87,6 +87,9 @@ class Options:
     #: (no message enqueued or run) before ``admin.expire_actors()`` deletes it, state
     #: and all, e.g. ``{"Session": 30 * 86400}``. Types not named never expire.
     state_ttl: Mapping[str, float] | None = None
+    #: Lets ``runtime.testing.reset()`` empty every table of the library. Only for a
+    #: runtime on a database made for tests (the pytest plugin's fixtures set it).
+    allow_reset: bool = False
     #: The actor classes this runtime serves, e.g. ``actors=[Counter, Cart]`` (plus any
     #: registered later). None: every ``Actor`` subclass defined in the process.
     actors: tuple[type[Any], ...] | None = None
@@ -197,6 +200,8 @@ class Options:
             {option_name(kind): getattr(self, option_name(kind)) for kind in KINDS},
             allow_async=True,
         )
+        if not isinstance(self.allow_reset, bool):
+            raise ConfigurationError(f"allow_reset must be True or False, not {self.allow_reset!r}")
         if self.sqlite_synchronous not in ("NORMAL", "FULL"):
             raise ConfigurationError("sqlite_synchronous must be 'NORMAL' or 'FULL'")
         if self.wakeup_url is not None and not re.match(

@@ -15,15 +15,26 @@ Fixtures:
   test's ``tmp_path``, or, when ``--solid-db URL`` (or ``SOLID_OBJECTS_TEST_URL``)
   names a PostgreSQL or MySQL/MariaDB server, a schema (database) of its own,
   dropped afterwards.
-- ``solid_runtime_factory``: ``make(**options) -> Runtime``, installed on that
-  database; every runtime it made is closed after the test.
+- ``solid_app_runtime``: the application's own runtime, named ``MODULE:RUNTIME`` by
+  the ini option ``solid_objects_runtime`` (or ``--solid-runtime``), else None; an
+  application may override the fixture to return its runtime instead. Never used
+  to reach a database: the runtimes below copy its options, actor classes, effect
+  handlers, commit actions and administration policy onto the test's database.
+- ``solid_runtime_factory``: ``make(**options) -> Runtime``, like the application's
+  runtime (the ``options`` override its own), installed on that database; every
+  runtime it made is closed after the test.
 - ``solid_runtime``: ``solid_runtime_factory(workers=0)``: nothing runs in the
   background, so the test decides when turns run (``runtime.testing.drain()``)
   and what time it is for reminders (``runtime.testing.run_due_reminders(now)``).
+- ``solid_async_runtime``: the same as an :class:`~solid_objects.AsyncRuntime`.
+
+Their runtimes have ``allow_reset=True``: ``runtime.testing.reset()`` works there.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -31,9 +42,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 
-from .runtime import Runtime
+from .options import Options
+from .runtime import AsyncRuntime, Runtime
 
 URL_VARIABLE = "SOLID_OBJECTS_TEST_URL"
 
@@ -84,6 +97,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help=f"Server URL for the solid_runtime fixtures (default: ${URL_VARIABLE}, else SQLite).",
     )
+    group.addoption(
+        "--solid-runtime",
+        default=None,
+        metavar="MODULE:RUNTIME",
+        help="The application's runtime, whose options and registrations the fixtures copy "
+        "(default: the solid_objects_runtime ini option).",
+    )
+    parser.addini(
+        "solid_objects_runtime",
+        "MODULE:RUNTIME of the application's runtime: the solid_runtime fixtures copy its "
+        "options, actor classes, effect handlers, commit actions and policy",
+        default="",
+    )
 
 
 @pytest.fixture
@@ -93,13 +119,59 @@ def solid_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield url
 
 
+@pytest.fixture(scope="session")
+def solid_app_runtime(request: pytest.FixtureRequest) -> Runtime | AsyncRuntime | None:
+    target = (
+        request.config.getoption("--solid-runtime")
+        or str(request.config.getini("solid_objects_runtime")).strip()
+        or None
+    )
+    if target is None:
+        return None
+    from .cli.common import load_runtime
+
+    try:
+        return load_runtime(target)
+    except click.UsageError as exc:
+        raise pytest.UsageError(
+            f"solid_objects_runtime = {target}: {exc.format_message()}"
+        ) from None
+
+
+def _like(app: Runtime | AsyncRuntime | None, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The options of a runtime like ``app`` for a test: its own, then ``overrides``."""
+    options: dict[str, Any] = {}
+    if app is not None:
+        own = app.options
+        options = {f.name: getattr(own, f.name) for f in dataclasses.fields(Options)}
+        options["wakeup_url"] = None  # the application's broker is not the test's
+    return {**options, "allow_reset": True, **overrides}
+
+
+def _register_like(runtime: Runtime | AsyncRuntime, app: Runtime | AsyncRuntime | None) -> None:
+    """Give ``runtime`` the application's classes, handlers and administration policy."""
+    if app is None:
+        return
+    source = app.sync if isinstance(app, AsyncRuntime) else app
+    for cls in source.registry.registered():
+        runtime.register(cls)
+    for name, handler in source.effects.items():
+        runtime.effect(name)(handler)
+    for name, handler in source.commit_actions.items():
+        runtime.commit_action(name)(handler)
+    runtime.admin.set_policy(source.admin.policy)
+
+
 @pytest.fixture
-def solid_runtime_factory(solid_db_url: str) -> Iterator[Callable[..., Runtime]]:
+def solid_runtime_factory(
+    solid_db_url: str, solid_app_runtime: Runtime | AsyncRuntime | None
+) -> Iterator[Callable[..., Runtime]]:
     made: list[Runtime] = []
 
     def make(**options: Any) -> Runtime:
-        runtime = Runtime(solid_db_url, **options)
+        runtime = Runtime(solid_db_url, **_like(solid_app_runtime, options))
         made.append(runtime)
+        _register_like(runtime, solid_app_runtime)
         runtime.install()
         return runtime
 
@@ -111,3 +183,21 @@ def solid_runtime_factory(solid_db_url: str) -> Iterator[Callable[..., Runtime]]
 @pytest.fixture
 def solid_runtime(solid_runtime_factory: Callable[..., Runtime]) -> Runtime:
     return solid_runtime_factory(workers=0)
+
+
+@pytest.fixture
+def solid_async_runtime(
+    solid_db_url: str, solid_app_runtime: Runtime | AsyncRuntime | None
+) -> Iterator[AsyncRuntime]:
+    """An installed AsyncRuntime like the application's, with ``workers=0``.
+
+    A plain fixture, so it serves ``async def`` tests whichever plugin runs them
+    (anyio, pytest-asyncio); it is closed after the test on a loop of its own.
+    """
+    runtime = AsyncRuntime(solid_db_url, **_like(solid_app_runtime, {"workers": 0}))
+    _register_like(runtime, solid_app_runtime)
+    runtime.sync.install()
+    try:
+        yield runtime
+    finally:
+        asyncio.run(runtime.close())

@@ -73,6 +73,11 @@ class Registry:
             )
         )
 
+    def registered(self) -> list[type[Any]]:
+        """The classes registered explicitly (not found in the catalogue), by type."""
+        with self._lock:
+            return [d.cls for _, d in sorted(self._by_type.items())]
+
     def types(self) -> tuple[str, ...]:
         """Every type this runtime serves, sorted; cheap (called on every poll)."""
         version = -1 if self._catalogue is None else self._catalogue.version
@@ -120,3 +125,8 @@ class NamedHandlers:
 
     def names(self) -> tuple[str, ...]:
         return self._names
+
+    def items(self) -> list[tuple[str, Callable[..., Any]]]:
+        """Every (name, handler), by name: to give another runtime the same handlers."""
+        with self._lock:
+            return sorted(self._handlers.items())

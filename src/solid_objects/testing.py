@@ -1,9 +1,17 @@
-"""``runtime.testing``: deterministic control of work and time for tests."""
+"""``runtime.testing``: deterministic control of work and time for tests, a reset of
+every table between tests, and capturing effects instead of running their handlers."""
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, overload
+
+from .errors import ConfigurationError, OperationRefused
 
 if TYPE_CHECKING:
     from .runtime import AsyncRuntime, Runtime
@@ -13,6 +21,112 @@ def _epoch_ms(now: datetime) -> int:
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
     return int(now.timestamp() * 1000)
+
+
+@dataclass(frozen=True)
+class CapturedEffect:
+    """An effect a turn emitted (and committed) while :class:`EffectCapture` held it."""
+
+    #: ``ctx.id`` its handler would get.
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    actor_type: str
+    actor_id: str
+    #: ``pending`` while held; whatever became of it if it was run after the block.
+    status: str
+
+
+class EffectCapture:
+    """``with runtime.testing.capture_effects() as effects:``: the effects emitted in
+    the block, their handlers not run in this runtime meanwhile.
+
+    Inside the block the list is read from the database on each use; on leaving it
+    is fixed. The effects stay pending: a later ``drain()`` runs their handlers, so
+    a test may look first and run them after, or never.
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._first: str | None = None
+        self._before: frozenset[str] = frozenset()
+        self._fixed: list[CapturedEffect] | None = None
+
+    def __enter__(self) -> EffectCapture:
+        if self._first is not None:
+            raise OperationRefused("an EffectCapture is entered once: make a new one")
+        runtime = self._runtime
+        runtime._engine.ensure_schema()
+        runtime._pool.effects.held += 1
+        # Ids start with their ms clock: every later effect sorts at or after this one;
+        # the few made in this very millisecond before it are left out by id.
+        self._first = f"{int(time.time() * 1000):012x}" + "0" * 20
+        self._before = frozenset(e.id for e in self._read())
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self._fixed = self._read()
+        finally:
+            self._runtime._pool.effects.held -= 1
+
+    async def __aenter__(self) -> EffectCapture:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def _read(self) -> list[CapturedEffect]:
+        assert self._first is not None
+        store = self._runtime.store
+        with store.read() as tx:
+            rows = store.effects_from(tx, self._first)
+        return [
+            CapturedEffect(str(i), str(n), json.loads(a), str(t), str(a_id), str(s))
+            for i, n, a, t, a_id, s in rows
+            if i not in self._before
+        ]
+
+    @property
+    def effects(self) -> list[CapturedEffect]:
+        if self._first is None:
+            raise OperationRefused("use the capture as a context manager: with ... as effects")
+        return list(self._fixed) if self._fixed is not None else self._read()
+
+    def names(self) -> list[str]:
+        """The captured effects' names, in the order they were emitted."""
+        return [e.name for e in self.effects]
+
+    def named(self, name: str) -> list[CapturedEffect]:
+        return [e for e in self.effects if e.name == name]
+
+    def __len__(self) -> int:
+        return len(self.effects)
+
+    def __iter__(self) -> Iterator[CapturedEffect]:
+        return iter(self.effects)
+
+    @overload
+    def __getitem__(self, index: int) -> CapturedEffect: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[CapturedEffect]: ...
+
+    def __getitem__(self, index: int | slice) -> CapturedEffect | list[CapturedEffect]:
+        return self.effects[index]
+
+    def __repr__(self) -> str:
+        return f"EffectCapture({self.effects!r})"
 
 
 class Testing:
@@ -38,6 +152,35 @@ class Testing:
         self._runtime._engine.ensure_schema()
         return self._runtime._pool.drain(now_ms=_epoch_ms(now), timeout=timeout)
 
+    def reset(self) -> None:
+        """Delete every row of the library's tables (actors, messages, effects, reminders,
+        processes, audit...), keeping the schema: a clean slate between tests.
+
+        Refused unless the runtime was made for tests (``allow_reset=True``, which the
+        pytest plugin's fixtures set), and while this runtime runs workers.
+        """
+        runtime = self._runtime
+        if not runtime.options.allow_reset:
+            raise ConfigurationError(
+                "runtime.testing.reset() deletes every actor, message and effect in the "
+                "database, so it is refused unless the runtime was made for tests: use the "
+                "pytest plugin's solid_runtime fixtures, or Runtime(..., allow_reset=True) "
+                "on a database that holds nothing you want to keep"
+            )
+        if runtime._pool.running:
+            raise OperationRefused(
+                "runtime.testing.reset() while this runtime runs workers: stop() it first "
+                "(their turns in flight would be refused, or write into the emptied tables)"
+            )
+        runtime._engine.ensure_schema()
+        runtime._pool.release_all()
+        runtime.store.transact(runtime.store.empty_tables)
+
+    def capture_effects(self) -> EffectCapture:
+        """Hold this runtime's effect handlers and list the effects emitted meanwhile:
+        ``with runtime.testing.capture_effects() as effects: ...``."""
+        return EffectCapture(self._runtime)
+
 
 class AsyncTesting:
     def __init__(self, runtime: AsyncRuntime) -> None:
@@ -50,3 +193,10 @@ class AsyncTesting:
         return await self._runtime._run(
             self._runtime.sync.testing.run_due_reminders, now, timeout=timeout
         )
+
+    async def reset(self) -> None:
+        await self._runtime._run(self._runtime.sync.testing.reset)
+
+    def capture_effects(self) -> EffectCapture:
+        """As :meth:`Testing.capture_effects`; use it with ``with`` or ``async with``."""
+        return EffectCapture(self._runtime.sync)

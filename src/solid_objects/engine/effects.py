@@ -69,6 +69,8 @@ class EffectRunner:
         self._lock = threading.Lock()
         self._inflight = 0
         self._stopped = True
+        #: While above 0 no handler starts here (``runtime.testing.capture_effects()``).
+        self.held = 0
         self.on_idle_slot: Callable[[], None] = lambda: None
         self.instrument: Instrumentation = LogEvents(options)  # see observability
 
@@ -89,7 +91,7 @@ class EffectRunner:
     def poll(self, *, inline: bool = False) -> int:
         """Claim due effects and run them (in this thread when ``inline``)."""
         names = self.handlers.names()
-        if not names:
+        if not names or self.held:
             return 0
         if self._executor is None and not inline:
             return 0

@@ -1,4 +1,4 @@
-"""SQL of idle actors: quiet ones (reconciliation), expiring them, and emptying the tables.
+"""SQL of idle actors: quiet ones (reconciliation), expiring them; and the test helper's.
 
 :class:`IdleStatements` is mixed into :class:`~solid_objects.store.Store`.
 
@@ -146,6 +146,20 @@ class IdleStatements:
             {f"g{n}": int(r[0]) for n, r in enumerate(still)},
         )
         return [(str(r[1]), str(r[2])) for r in still]
+
+    # --- the test helper ---------------------------------------------------------------
+
+    def effects_from(self, tx: Tx, first_id: str) -> list[tuple[Any, ...]]:
+        """Effects whose id is ``first_id`` or later (ids sort by creation), in id order:
+        (id, name, arguments, actor_type, actor_id, status)."""
+        return [
+            tuple(r)
+            for r in tx.rows(
+                "SELECT id, name, arguments, actor_type, actor_id, status FROM {effects} "
+                "WHERE id >= :first ORDER BY id",
+                {"first": first_id},
+            )
+        ]
 
     def empty_tables(self, tx: Tx) -> list[str]:
         """Delete every row of the library's tables but the schema version (for tests).
