@@ -158,6 +158,34 @@ def test_manage_py_test_runs_the_runtime_on_the_test_database(project: Project) 
     assert project.rows(project.dev_url, "solid_messages") == 0
 
 
+def test_pytest_django_runs_the_runtime_on_its_test_database(project: Project) -> None:
+    """pytests/checks_pytest_django.py, run by pytest-django as the project's own tests."""
+    migrate(project)
+
+    def pytest_django(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "pytests", *args],
+            cwd=PROJECT,
+            env=project.env,
+            capture_output=True,
+            text=True,
+            timeout=STEP,
+        )
+
+    kept = pytest_django("--reuse-db")
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert "3 passed" in kept.stdout, kept.stdout
+    assert project.rows(project.test_url, "solid_messages") == 2
+    assert project.rows(project.dev_url, "solid_messages") == 0
+    # Without --reuse-db pytest-django drops the test database at the end: the runtime
+    # was closed first (PostgreSQL refuses to drop a database in use, and pytest-django
+    # turns that failure into a warning; the bundled plugin's django_db_setup hook).
+    dropped = pytest_django("-k", "not refused")  # the last test leaves the runtime open
+    assert dropped.returncode == 0, dropped.stdout + dropped.stderr
+    assert "teardown test databases" not in dropped.stdout + dropped.stderr, dropped.stdout
+    assert project.rows(project.dev_url, "solid_messages") == 0
+
+
 def test_the_worker_command_runs_turns_and_exits_0_on_sigterm(project: Project) -> None:
     migrate(project)
     worker = project.popen("solid_objects", "worker", "--workers", "1")

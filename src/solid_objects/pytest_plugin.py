@@ -29,6 +29,10 @@ Fixtures:
 - ``solid_async_runtime``: the same as an :class:`~solid_objects.AsyncRuntime`.
 
 Their runtimes have ``allow_reset=True``: ``runtime.testing.reset()`` works there.
+
+With pytest-django, ``solid_objects.contrib.django``'s runtime follows the test
+database (it is built from ``DATABASES`` as pytest-django renamed it) and is closed
+before pytest-django drops the test database (a hook on ``django_db_setup``).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -201,3 +206,22 @@ def solid_async_runtime(
         yield runtime
     finally:
         asyncio.run(runtime.close())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> Any:
+    """Close Django's runtime before pytest-django's ``django_db_setup`` drops the database.
+
+    A finalizer added after the fixture's own teardown was registered runs before it:
+    PostgreSQL refuses to drop a database the runtime's pool is still connected to.
+    """
+    result = yield
+    if fixturedef.argname == "django_db_setup":
+        fixturedef.addfinalizer(_close_django_runtime)
+    return result
+
+
+def _close_django_runtime() -> None:
+    django_integration = sys.modules.get("solid_objects.contrib.django")
+    if django_integration is not None:
+        django_integration.close()

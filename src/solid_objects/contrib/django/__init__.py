@@ -237,8 +237,21 @@ def runtime() -> Runtime:
             _current[1].close()
             _current, _started = None, False
         if _current is None:
+            _refuse_if_blocked()
             _current = (url, build_runtime())
         return _current[1]
+
+
+def _refuse_if_blocked() -> None:
+    """Django may not touch this database now: the runtime must not either.
+
+    pytest-django blocks database access in tests without the ``django_db`` mark (its
+    test database may not even exist yet): building the runtime then would put it on
+    the development database. Asking Django for a connection raises its own error.
+    """
+    from django.db import connections
+
+    connections[settings()["DATABASE"]].ensure_connection()
 
 
 def ref(cls: type[A], actor_id: str) -> Ref[A]:
