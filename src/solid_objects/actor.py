@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Generic, Literal, Self, TypeVar
+from typing import Any, ClassVar, Concatenate, Generic, Literal, ParamSpec, Self, TypeVar
 
 from . import staging
 from .catalogue import CATALOGUE
-from .definition import ActorDefinition, build_definition
+from .definition import ActorDefinition, build_definition, operation_of
 from .message import MessageInfo
 from .observe import payload
 
@@ -23,6 +23,7 @@ __all__ = ["Actor", "payload", "query"]
 F = TypeVar("F", bound=Callable[..., Any])
 #: The actor class a staged reminder or message names (read by the mypy plugin).
 T = TypeVar("T", bound="Actor")
+P = ParamSpec("P")
 
 
 def query(function: F) -> F:
@@ -137,7 +138,9 @@ class Actor:
         evaluated in that zone (DST included), with the same ``missed`` policy.
         """
         options = dict(at=at, delay=delay, key=key, every=every, missed=missed)
-        return _Scheduler({**options, "cron": cron, "timezone": timezone})
+        return _Scheduler(
+            {**options, "cron": cron, "timezone": timezone}, definition_of(type(self))
+        )
 
     def cancel_schedule(self, operation: str | Callable[..., Any], key: str | None = None) -> None:
         """Stage the removal of the reminder for ``operation`` (and ``key``), if any."""
@@ -169,8 +172,19 @@ def _name(operation: str | Callable[..., Any] | None) -> str | None:
 class _Scheduler(Generic[T]):
     """``self.schedule(...)``: its attributes stage a reminder for this actor's operations."""
 
-    def __init__(self, options: dict[str, Any]) -> None:
+    def __init__(self, options: dict[str, Any], definition: ActorDefinition) -> None:
         self._options = options
+        self._definition = definition
+
+    def call(
+        self, method: Callable[Concatenate[T, P], object], /, *args: P.args, **kwargs: P.kwargs
+    ) -> None:
+        """The reminder in a form every type checker checks: ``.call(Cart.remind, note=...)``.
+
+        ``call`` is a reserved name, so it never hides an operation of the actor.
+        """
+        operation = operation_of(self._definition, method)
+        staging.schedule(operation.name, args, kwargs, **self._options)
 
     def __getattr__(self, operation: str) -> Callable[..., None]:
         if operation.startswith("__"):
@@ -197,20 +211,33 @@ class _Outbound(Generic[T]):
         self._delay = delay
         self._key = idempotency_key
 
+    def call(
+        self, method: Callable[Concatenate[T, P], object], /, *args: P.args, **kwargs: P.kwargs
+    ) -> None:
+        """The message in a form every type checker checks: ``.call(Mailer.deliver, to=...)``.
+
+        ``call`` is a reserved name, so it never hides an operation of the target.
+        """
+        operation = operation_of(self._target, method)
+        self._stage(operation.name, args, kwargs)
+
+    def _stage(self, operation: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        staging.send_to(
+            self._target,
+            self._actor_id,
+            operation,
+            args,
+            kwargs,
+            delay=self._delay,
+            idempotency_key=self._key,
+        )
+
     def __getattr__(self, operation: str) -> Callable[..., None]:
         if operation.startswith("__"):
             raise AttributeError(operation)
 
         def stage(*args: Any, **kwargs: Any) -> None:
-            staging.send_to(
-                self._target,
-                self._actor_id,
-                operation,
-                args,
-                kwargs,
-                delay=self._delay,
-                idempotency_key=self._key,
-            )
+            self._stage(operation, args, kwargs)
 
         return stage
 

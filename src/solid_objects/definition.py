@@ -35,6 +35,7 @@ from .errors import (
     InvalidState,
     PayloadTooLarge,
     StateMigrationError,
+    UnknownOperation,
 )
 from .guard import fenced
 from .observe import Observables, build_observables, is_payload
@@ -510,3 +511,32 @@ def build_definition(cls: type, base: type) -> ActorDefinition:
         operations=operations,
         observables=build_observables(cls, getattr(cls, "observables", ()), normalized, payloads),
     )
+
+
+def resolve_operation(definition: ActorDefinition, name: str) -> Operation:
+    """Look up a public operation or query by name; refuse private and unknown names."""
+    if name.startswith("_"):
+        raise UnknownOperation(f"{name!r} is private; only public methods can be called")
+    operation = definition.operation(name)
+    if operation is None:
+        raise UnknownOperation(
+            f"{definition.actor_type} has no operation {name!r}; "
+            f"known: {sorted(definition.operations)}"
+        )
+    return operation
+
+
+def operation_of(definition: ActorDefinition, method: Callable[..., Any]) -> Operation:
+    """The operation a method object (``Counter.add``) names, checked against the actor."""
+    name = getattr(method, "__name__", None)
+    if not isinstance(name, str):
+        raise UnknownOperation(f"{method!r} is not a method of {definition.actor_type}")
+    operation = resolve_operation(definition, name)
+    if operation.function is not method and getattr(method, "__wrapped__", None) is not (
+        operation.function
+    ):
+        raise UnknownOperation(
+            f"{getattr(method, '__qualname__', name)} is not an operation of "
+            f"{definition.actor_type}"
+        )
+    return operation

@@ -27,6 +27,8 @@ from typing import (
 from . import staging
 from .codec import MAX_DELAY_SECONDS, check_identifier
 from .definition import ActorDefinition, Operation
+from .definition import operation_of as operation_of  # kept importable from here
+from .definition import resolve_operation as resolve_operation
 from .errors import InvalidArguments, UnknownOperation
 
 if TYPE_CHECKING:
@@ -111,35 +113,6 @@ def refuse_destroy_inside_turn(what: str) -> None:
             "this turn's commit (it would stay done if the turn fails): destroy it from "
             "outside actor code, e.g. after the call that decided it returned"
         )
-
-
-def resolve_operation(definition: ActorDefinition, name: str) -> Operation:
-    """Look up a public operation or query by name; refuse private and unknown names."""
-    if name.startswith("_"):
-        raise UnknownOperation(f"{name!r} is private; only public methods can be called")
-    operation = definition.operation(name)
-    if operation is None:
-        raise UnknownOperation(
-            f"{definition.actor_type} has no operation {name!r}; "
-            f"known: {sorted(definition.operations)}"
-        )
-    return operation
-
-
-def operation_of(definition: ActorDefinition, method: Callable[..., Any]) -> Operation:
-    """The operation a method object (``Counter.add``) names, checked against the actor."""
-    name = getattr(method, "__name__", None)
-    if not isinstance(name, str):
-        raise UnknownOperation(f"{method!r} is not a method of {definition.actor_type}")
-    operation = resolve_operation(definition, name)
-    if operation.function is not method and getattr(method, "__wrapped__", None) is not (
-        operation.function
-    ):
-        raise UnknownOperation(
-            f"{getattr(method, '__qualname__', name)} is not an operation of "
-            f"{definition.actor_type}"
-        )
-    return operation
 
 
 def _refuse_call(engine: Client, actor_type: str, operation: Operation) -> None:

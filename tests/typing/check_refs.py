@@ -1,5 +1,7 @@
 # pyright: reportUnnecessaryTypeIgnoreComment=error, reportUnusedCallResult=false
-"""Static typing contract of the typed call form (type-checked, never executed).
+"""Static typing contract of the typed call form (type-checked, never executed): on refs
+(``ref.call(Counter.add, ...)``) and on staged messages and reminders
+(``self.send_to(Other, id).call(Other.add, ...)``, ``self.schedule(...).call(...)``).
 
     .venv/bin/mypy --strict tests/typing
     .venv/bin/basedpyright tests/typing
@@ -65,6 +67,29 @@ class Other(Actor):
     def add(self, n: int = 1) -> int:
         self.total += n
         return self.total
+
+
+class Stager(Actor):
+    """Staged messages and reminders in the typed form: ``.call(Cls.operation, ...)``."""
+
+    count: int = 0
+
+    def tick(self, by: int) -> None:
+        self.count += by
+
+    def stage(self) -> None:
+        assert_type(self.send_to(Other, "o").call(Other.add, n=1), None)
+        self.send_to(Other, "o", delay=5).call(Other.add)
+        self.schedule(delay=60).call(Stager.tick, by=2)
+        self.schedule(every=60, key="k").call(Stager.tick, 1)
+
+    def mistakes(self) -> None:
+        self.send_to(Other, "o").call(Other.add, n="x")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+        self.send_to(Other, "o").call(Other.add, m=1)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+        self.send_to(Other, "o").call(Counter.add, n=1)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+        self.schedule(delay=60).call(Stager.tick)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+        self.schedule(delay=60).call(Stager.tick, by="x")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+        self.schedule(delay=60).call(Counter.reset)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
 
 
 class Base(Actor):
@@ -175,5 +200,6 @@ async def async_rejections(runtime: AsyncRuntime) -> None:
 
 
 # Not checkable statically (each fails only at run time, with UnknownOperation):
-# a @query passed to send(); a private method (Counter._x); a plain function whose
-# first parameter is a Counter. The call form cannot tell these from operations.
+# a @query passed to send() or to a staged .call(); a private method (Counter._x); a
+# plain function whose first parameter is a Counter. The call form cannot tell these
+# from operations.
