@@ -23,17 +23,22 @@ import os
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.websockets import WebSocket
 
 from solid_objects import Actor, AuthorizationRequest, Runtime, payload
 from solid_objects.web import realtime
+
+#: The package's vendored htmx (the dashboard's copy).
+HTMX = Path(str(files("solid_objects.web") / "static" / "htmx.min.js"))
 
 
 class LiveCounter(Actor):
@@ -72,8 +77,11 @@ PAGE = """<!doctype html>
 <p><button id="increment" type="button">Increment</button></p>
 <p>You (<span id="user">{user}</span>): <output id="mine">…</output></p>
 <p>Status: <span id="status">connecting</span>, revision <span id="revision">-</span></p>
+<p>Refreshed by htmx: <span id="fragment" hx-get="/fragment?counter={counter_q}"
+   hx-trigger="load, solid:changed">…</span></p>
+<script src="/htmx.min.js"></script>
 <script type="module">
-import {{ RealtimeClient, endpointUrl }} from "/live/client.js";
+import {{ RealtimeClient, endpointUrl, htmxRefresh }} from "/live/client.js";
 const config = {config};
 const client = new RealtimeClient(
   endpointUrl("/live") + "?user=" + encodeURIComponent(config.user),
@@ -105,6 +113,7 @@ const sub = client.subscribe(
   }},
 );
 window.solidSubscription = sub;
+htmxRefresh(sub, "#fragment", {{ observes: ["value"] }});
 document.querySelector("#increment").addEventListener("click", () => {{
   fetch("/increment?" + new URLSearchParams(config), {{ method: "POST" }});
 }});
@@ -137,8 +146,22 @@ def build(database: str, *, lease_duration: float = 30.0) -> Starlette:
         counter, user = target(request)
         config = json.dumps({"counter": counter, "user": user}).replace("<", "\\u003c")
         return HTMLResponse(
-            PAGE.format(counter=html.escape(counter), user=html.escape(user), config=config)
+            PAGE.format(
+                counter=html.escape(counter),
+                counter_q=html.escape(quote(counter, safe="")),
+                user=html.escape(user),
+                config=config,
+            )
         )
+
+    async def fragment(request: Request) -> HTMLResponse:
+        """What an htmx fragment refetches when the counter changed: committed state."""
+        counter, _ = target(request)
+        state = await _threaded(runtime.ref(LiveCounter, counter).snapshot)
+        return HTMLResponse(f'<output id="fragment-value">{int(state["value"])}</output>')
+
+    async def htmx_js(request: Request) -> FileResponse:
+        return FileResponse(HTMX, media_type="text/javascript")
 
     async def increment(request: Request) -> JSONResponse:
         counter, user = target(request)
@@ -163,6 +186,8 @@ def build(database: str, *, lease_duration: float = 30.0) -> Starlette:
     return Starlette(
         routes=[
             Route("/", page),
+            Route("/fragment", fragment),
+            Route("/htmx.min.js", htmx_js),
             Route("/increment", increment, methods=["POST"]),
             Route("/reset", reset, methods=["POST"]),
             Mount("/live", realtime(runtime, context=who, poll_interval=0.5)),

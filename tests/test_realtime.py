@@ -275,3 +275,36 @@ def test_the_client_module_and_its_types_are_served(rt: Runtime) -> None:
     assert js.status_code == 200 and "javascript" in js.headers["content-type"]
     assert "export class RealtimeClient" in js.text
     assert dts.status_code == 200 and "export declare class RealtimeClient" in dts.text
+
+
+def test_hints_deliver_without_polling(
+    make_runtime: Callable[..., Runtime], backend: str, tmp_path: Any
+) -> None:
+    """With polling out of the picture (an hour's interval), another process's commits
+    arrive through the runtime's wake-up listener: NOTIFY on PostgreSQL, Redis elsewhere."""
+    from .test_redis_wakeup import RedisServer
+
+    redis = None
+    options: dict[str, Any] = {"authorize_subscription": subscriptions}
+    if backend != "postgresql":
+        redis = RedisServer(tmp_path)
+        redis.start()
+        options["wakeup_url"] = redis.url
+    try:
+        workers = make_runtime(**options)
+        web = make_runtime(workers=0, **options)
+        with workers, web, TestClient(app_of(web, poll_interval=3600)) as client:
+            assert web._listener is not None and web._listener.listening.wait(30)
+            with connect(client) as ws:
+                ws.receive_json()
+                subscribe(ws, "s", "hinted")
+                assert ws.receive_json()["type"] == "snapshot"
+                board = workers.ref(LiveBoard, "hinted")
+                board.add(n=1)
+                first = ws.receive_json()
+                board.add(n=2)
+                second = ws.receive_json()
+    finally:
+        if redis is not None:
+            redis.stop()
+    assert first["values"] == {"score": 1} and second["values"] == {"score": 3}

@@ -173,6 +173,16 @@ def test_a_change_in_one_browser_appears_in_the_other_in_order(
         assert values == sorted(values) and values[-1] == 4
 
 
+def test_the_htmx_hook_refetches_a_fragment_on_change(open_page: Callable[..., Any]) -> None:
+    page = open_page("alice", "fragmented")
+    live(page)
+    expect(page.locator("#fragment-value")).to_have_text("0", timeout=WAIT_MS)
+    page.click("#increment")
+    expect(page.locator("#fragment-value")).to_have_text("1", timeout=WAIT_MS)
+    page.click("#increment")
+    expect(page.locator("#fragment-value")).to_have_text("2", timeout=WAIT_MS)
+
+
 def test_forbidden_and_missing_counters_look_the_same(
     open_page: Callable[..., Any], server: Server
 ) -> None:

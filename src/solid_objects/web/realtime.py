@@ -375,7 +375,7 @@ class Session:
         self._closing = asyncio.get_running_loop().create_task(self._close(code))
 
     async def _close(self, code: int) -> None:
-        if self._writer is not None and not self._writer.done():
+        if code != CLOSE_TOO_SLOW and self._writer is not None and not self._writer.done():
             try:
                 await asyncio.wait_for(self.queue.join(), 5.0)
             except TimeoutError:
