@@ -11,6 +11,9 @@ The convention, for whoever writes the docs:
   ``sys.path``) instead of run, so later blocks can import it. Files named
   ``test_*.py`` then run with pytest in a subprocess (the bundled plugin loaded, as in
   an application's project) and every test in them must pass.
+- A block fenced as ```` ```ini ```` whose first line is a file name comment,
+  ``# pytest.ini``, is written to that path too (configuration a page's tests need,
+  such as pytest-django's ``DJANGO_SETTINGS_MODULE``); other ``ini`` blocks are not run.
 - A block fenced as ```` ```python no-run ```` is an illustrative fragment (it names a
   server that is not there, an application object like ``request``, or runs forever):
   it is compiled, so it is valid Python, but not run. Mark a block ``no-run`` only when
@@ -37,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FLAGS = {"no-run"}
 FILE_COMMENT = re.compile(r"#\s*([\w./-]+\.py)\s*$")
+CONFIG_COMMENT = re.compile(r"#\s*([\w./-]+\.(?:ini|cfg))\s*$")
 
 
 @dataclass
@@ -45,6 +49,7 @@ class Block:
     line: int  # the line of the opening fence
     flags: set[str]
     code: str
+    language: str = "python"
 
     @property
     def where(self) -> str:
@@ -54,7 +59,8 @@ class Block:
     def file(self) -> str | None:
         """The path a file block names on its first line, else None."""
         first = self.code.split("\n", 1)[0]
-        match = FILE_COMMENT.fullmatch(first.strip())
+        pattern = FILE_COMMENT if self.language == "python" else CONFIG_COMMENT
+        match = pattern.fullmatch(first.strip())
         return match.group(1) if match else None
 
 
@@ -77,6 +83,19 @@ def python_blocks(page: Path) -> list[Block]:
     return blocks
 
 
+def config_files(page: Path) -> list[Block]:
+    """The ```ini blocks of a page that name a file on their first line."""
+    found: list[Block] = []
+    lines = page.read_text(encoding="utf-8").splitlines()
+    for index, fence in enumerate(lines):
+        if fence.strip() == "```ini":
+            end = next(i for i in range(index + 1, len(lines)) if lines[i].startswith("```"))
+            block = Block(page, index + 1, set(), "\n".join(lines[index + 1 : end]), "ini")
+            if block.file is not None:
+                found.append(block)
+    return found
+
+
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
 def test_every_python_block_of_the_page_runs(
     page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -91,6 +110,9 @@ def test_every_python_block_of_the_page_runs(
         return
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
+    for config in config_files(page):
+        assert config.file is not None
+        (tmp_path / config.file).write_text(config.code + "\n", encoding="utf-8")
     namespace: dict[str, Any] = {"__name__": f"docs_{page.stem}"}
     tests: list[str] = []
     try:
