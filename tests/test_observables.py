@@ -184,3 +184,39 @@ def test_bad_declarations_fail_at_class_definition(declared: object) -> None:
         class BadObserved(Actor, auto_register=False):
             points: int = 0
             observables = declared  # type: ignore[assignment]
+
+
+def test_old_broadcasts_are_pruned_but_the_end_of_an_incarnation_stays(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    from .conftest import db_now
+
+    rt = make_runtime()
+    with rt:
+        ref = rt.ref(ObservedScore, "old")
+        for _ in range(3):
+            ref.score(n=1)
+        ref.destroy()
+        rt.ref(ObservedScore, "kept").score(n=1)
+    assert count_rows(rt, "broadcasts") == 5
+    assert rt.store.prune_broadcasts(db_now(rt) + 1000) == 4
+    (left,) = broadcasts(rt, ObservedScore, "old")
+    assert json.loads(left.changes) == {"destroyed": True}
+    assert broadcasts(rt, ObservedScore, "kept") == []
+
+
+def test_automatic_retention_prunes_broadcasts(make_runtime: Callable[..., Runtime]) -> None:
+    import time
+
+    from .conftest import db_now
+
+    rt = make_runtime(workers=1, retention=0.2, retention_interval=3600)
+    with rt:
+        rt.ref(ObservedScore, "auto").score(n=1)
+        assert len(broadcasts(rt, ObservedScore, "auto")) == 1
+        with rt.store.read() as tx:
+            written = tx.scalar("SELECT created_at FROM solid_broadcasts")
+        while db_now(rt) <= written + 200:  # the row is older than the retention
+            time.sleep(0.05)
+        assert rt._pool.poller.retention.prune()["broadcasts"] == 1
+    assert count_rows(rt, "broadcasts") == 0

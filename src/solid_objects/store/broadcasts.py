@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 from .dialect import Tx
 
@@ -58,10 +60,45 @@ def parse_hint(payload: str) -> tuple[str, str] | None:
     return actor_type, actor_id
 
 
+#: Rows deleted per transaction by :meth:`BroadcastStatements.prune_broadcasts`.
+PRUNE_BATCH = 500
+_DESTROYED = '{"destroyed":true}'
+
+
 class BroadcastStatements:
-    """Mixin: needs ``notify`` from the store."""
+    """Mixin: needs ``notify``, ``read`` and ``transact`` from the store."""
 
     notify: Callable[[Tx, str], None]
+    read: Callable[[], AbstractContextManager[Tx]]
+    transact: Callable[..., Any]
+
+    def prune_broadcasts(self, cutoff: int) -> int:
+        """Delete broadcasts written before ``cutoff``, a batch per commit.
+
+        No subscriber needs an old row (a subscription starts from a snapshot of the
+        committed state). The row that ends an incarnation is kept: it is how a later
+        snapshot of the destroyed actor is placed after everything its old subscribers saw.
+        """
+        deleted = 0
+        while True:
+            with self.read() as tx:
+                keys = tx.rows(
+                    "SELECT actor_pk, revision FROM {broadcasts} WHERE created_at < :cutoff "
+                    "AND changes <> :destroyed ORDER BY created_at LIMIT :limit",
+                    {"cutoff": cutoff, "destroyed": _DESTROYED, "limit": PRUNE_BATCH},
+                )
+            if not keys:
+                return deleted
+            pairs = " OR ".join(
+                f"(actor_pk = :p{n} AND revision = :r{n})" for n in range(len(keys))
+            )
+            params: dict[str, object] = {"cutoff": cutoff}
+            for n, (pk, revision) in enumerate(keys):
+                params[f"p{n}"], params[f"r{n}"] = int(pk), int(revision)
+            statement = f"DELETE FROM {{broadcasts}} WHERE created_at < :cutoff AND ({pairs})"
+            deleted += int(self.transact(lambda tx, s=statement, p=params: tx.run(s, p)))
+            if len(keys) < PRUNE_BATCH:
+                return deleted
 
     def write_broadcast(
         self, tx: Tx, *, actor_pk: int, actor_type: str, actor_id: str, revision: int, changes: str
@@ -85,7 +122,7 @@ class BroadcastStatements:
             actor_type=actor_type,
             actor_id=actor_id,
             revision=int(revision),
-            changes='{"destroyed":true}',
+            changes=_DESTROYED,
         )
 
     def broadcasts_after(
