@@ -30,7 +30,7 @@ from solid_objects.observability import (
 from .conftest import db_now
 
 #: Labels a series may carry: bounded by the application's code, never by its data.
-ALLOWED_LABELS = {"actor_type", "operation", "source", "outcome", "effect", "le"}
+ALLOWED_LABELS = {"actor_type", "operation", "source", "outcome", "effect", "event", "le"}
 
 
 class Shop(Actor):

@@ -35,10 +35,13 @@ def activate(act: Activation) -> None:
         _call(act.instance, "on_activate")
 
 
-def deactivate(act: Activation) -> None:
-    """Run ``on_deactivate`` on an activation that ran ``on_activate``; never raises."""
+def deactivate(act: Activation) -> bool:
+    """Run ``on_deactivate`` on an activation that ran ``on_activate``; never raises.
+
+    True when the activation had taken effect (so it ends here, hook or not).
+    """
     if not act.activated or act.definition is None:
-        return
+        return False
     act.activated = False
     try:
         instance = act.instance
@@ -58,3 +61,4 @@ def deactivate(act: Activation) -> None:
                 "actor_id": act.actor_id,
             },
         )
+    return True

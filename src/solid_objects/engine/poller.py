@@ -177,10 +177,13 @@ class Poller:
 
         faults.point("lease.renew")
 
+        lost: list[int] = []
+
         def body(tx: Tx) -> list[tuple[str, int, int]]:
             pool.presence.beat(tx)
-            if held:
-                self.store.renew(tx, pool.owner, held, self.options.lease_ms)
+            lost.clear()
+            if held and self.store.renew(tx, pool.owner, held, self.options.lease_ms) < len(held):
+                lost.extend(self.store.lost_leases(tx, pool.owner, held))
             for a in idle:
                 self.store.release(tx, a.lease)
             return pool.presence.recover_stale_peers(tx)
@@ -191,6 +194,10 @@ class Poller:
             recovered = self._maintain_apart(idle, held)
         self.last_maintained = time.monotonic()
         pool.presence.log_recovered(recovered)
+        for owner, _, _ in recovered:
+            pool.instrument.process_event("stale", owner)
+        for act in pool.still_held(lost):
+            pool.instrument.lease_lost(act.actor_type, act.actor_id)
         return len(idle) + len(recovered) + self._expire_unhandled()
 
     def _expire_unhandled(self) -> int:

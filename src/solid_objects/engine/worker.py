@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from .. import faults
 from ..errors import LeaseLost
-from ..observability.events import Instrumentation, log_fields
+from ..observability.events import Instrumentation, log_fields, reminder_changes
 from ..options import Options
 from ..registry import NamedHandlers, Registry
 from ..store import Claimed, Committed, Enqueued, MessageRow, Store, Tx
@@ -116,6 +116,7 @@ class WorkerPool(DirectTurns, CommitsApart):
             t.start()
             self._threads.append(t)
         self._threads.append(self.poller.start())
+        self.instrument.process_event("started", self.owner)
         log.info(
             "started %d workers as %s",
             self.options.workers,
@@ -148,6 +149,7 @@ class WorkerPool(DirectTurns, CommitsApart):
         self._threads.clear()
         self.running = False
         self.release_all()
+        self.instrument.process_event("stopped", self.owner)
 
     def _release_and_sign_off(self, tx: Tx) -> None:
         self.store.release_all(tx, self.owner)
@@ -159,7 +161,8 @@ class WorkerPool(DirectTurns, CommitsApart):
         with self._cond:
             ending = [a for a in self._activations.values() if a.status == "idle"]
         for act in ending:
-            deactivate(act)
+            if deactivate(act):
+                self.instrument.deactivated(act.actor_type, act.actor_id)
         with self._cond:
             self._activations.clear()
             self._identities.clear()
@@ -182,6 +185,14 @@ class WorkerPool(DirectTurns, CommitsApart):
     def held_pks(self) -> list[int]:
         with self._cond:
             return list(self._activations)
+
+    def still_held(self, pks: list[int]) -> list[Activation]:
+        """The activations of ``pks`` this process still caches (for lost leases: one
+        dropped meanwhile, after a retry released it, is not a loss)."""
+        if not pks:
+            return []
+        with self._cond:
+            return [a for a in map(self._activations.get, pks) if a is not None]
 
     def turn_in_flight(self, pk: int) -> bool:
         """Whether a turn of actor ``pk`` is in flight here: even once its lease has
@@ -229,6 +240,7 @@ class WorkerPool(DirectTurns, CommitsApart):
             act.status = "queued"
             self._queue.append(act)
             self._cond.notify()
+        self.instrument.claimed(act.actor_type, act.actor_id)
 
     def signal(self, pk: int, message: MessageRow | None = None) -> bool:
         """New work for an actor this process may hold; False when it holds none.
@@ -366,7 +378,8 @@ class WorkerPool(DirectTurns, CommitsApart):
                 if self._identities.get((a.actor_type, a.actor_id)) is a:
                     del self._identities[(a.actor_type, a.actor_id)]
         for a in idle:
-            deactivate(a)
+            if deactivate(a):
+                self.instrument.deactivated(a.actor_type, a.actor_id)
         return idle
 
     # --- running turns ----------------------------------------------------------------
@@ -533,6 +546,10 @@ class WorkerPool(DirectTurns, CommitsApart):
         self, act: Activation, message: MessageRow, outcome: TurnOutcome, committed: Committed
     ) -> bool:
         """After a turn committed: move the activation on; False if it was dropped."""
+        if outcome.kind == "completed" and outcome.staged and outcome.staged.reminders:
+            changes = reminder_changes(outcome.staged)
+            if changes:
+                self.instrument.reminders_changed(message, changes)
         if outcome.staged is not None and outcome.staged.broadcast is not None:
             self.broadcasted(act.actor_type, act.actor_id)
         if outcome.staged and (
@@ -556,6 +573,8 @@ class WorkerPool(DirectTurns, CommitsApart):
     ) -> None:
         """Move the activation past a committed message."""
         if outcome.kind == "completed":
+            if not act.activated:
+                self.instrument.activated(act.actor_type, act.actor_id)
             act.activated = True  # on_activate's state committed with this turn
             if outcome.state is not None:
                 act.state_json = outcome.state

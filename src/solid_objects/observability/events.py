@@ -1,10 +1,13 @@
 """The events the engine reports, and the structured log lines written for them.
 
 The engine holds one :class:`Instrumentation` per runtime and calls it at each
-event: a message enqueued, a turn started and executed, a batch of turns
-committed (with each turn's final outcome: completed, rejected, retry, dead,
-lease lost or commit failed), an effect started and finished, reminders
-fired. By default that instrumentation is :class:`LogEvents`, which only
+event: a message enqueued, an actor claimed, an activation taking effect and
+ending, a turn started and executed, a batch of turns committed (with each
+turn's final outcome: completed, rejected, retry, dead, lease lost (the commit
+refused by the fence) or commit failed), reminders scheduled, replaced,
+cancelled and fired, an effect started and finished (done, retry, dead), a
+lease found lost at renewal, this process started and stopped, a stale peer
+recovered. By default that instrumentation is :class:`LogEvents`, which only
 writes log records; :func:`solid_objects.observability.observe` adds metrics
 or tracing next to it. Every hook is a plain method call, so an event nobody
 observes costs next to nothing.
@@ -15,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..codec import decode_json
 
@@ -24,6 +27,7 @@ if TYPE_CHECKING:
     from ..engine.turn import TurnOutcome
     from ..options import Options
     from ..runtime import Runtime
+    from ..staging import Staged
     from ..store import Committed, EffectRow, Enqueued, MessageRow
 
 #: One turn of a committed batch, as the worker holds it.
@@ -32,7 +36,14 @@ Turn = tuple["Activation", "MessageRow", "TurnOutcome"]
 #: The final outcome of a turn, as reported to instrumentations and used as a label.
 OUTCOMES = ("completed", "rejected", "retry", "dead", "lease_lost", "commit_failed")
 
+#: What a committed turn did to one of its reminders (see :class:`ReminderChange`).
+REMINDER_EVENTS = ("scheduled", "replaced", "cancelled")
+
+#: What happened to a process: this one started or stopped, or a stale peer was recovered.
+PROCESS_EVENTS = ("started", "stopped", "stale")
+
 _worker_log = logging.getLogger("solid_objects.worker")
+_processes_log = logging.getLogger("solid_objects.processes")
 _client_log = logging.getLogger("solid_objects.client")
 _effects_log = logging.getLogger("solid_objects.effects")
 _poller_log = logging.getLogger("solid_objects.poller")
@@ -73,6 +84,24 @@ def turn_outcome(outcome: TurnOutcome, committed: Committed | None, batch_failed
     return outcome.kind
 
 
+class ReminderChange(NamedTuple):
+    """One reminder a committed turn scheduled (new), replaced (moved) or cancelled."""
+
+    event: str
+    operation: str
+    key: str
+
+
+def reminder_changes(staged: Staged) -> list[ReminderChange]:
+    """The reminder changes of a committed turn, in the order it made them (a
+    cancellation of a reminder that did not exist is not one)."""
+    return [
+        ReminderChange(event, change.operation, change.key)
+        for change, event in zip(staged.reminders, staged.reminder_outcomes, strict=False)
+        if event != "absent"
+    ]
+
+
 def _ignore(_: Future[Any]) -> None:
     pass
 
@@ -106,6 +135,22 @@ class Instrumentation:
         """
         return None
 
+    def claimed(self, actor_type: str, actor_id: str) -> None:
+        """This process took the lease of an actor with work (an activation begins)."""
+
+    def activated(self, actor_type: str, actor_id: str) -> None:
+        """An activation took effect: its first completed turn (with what ``on_activate``
+        set) committed."""
+
+    def deactivated(self, actor_type: str, actor_id: str) -> None:
+        """An activation that took effect ended (idle release, shutdown): ``on_deactivate``
+        ran, and the lease is being given back."""
+
+    def lease_lost(self, actor_type: str, actor_id: str) -> None:
+        """The lease renewal found that this process no longer holds an actor's lease
+        (it expired or was taken over); a commit refused by the fence is the
+        ``lease_lost`` outcome of :meth:`committed` instead."""
+
     def turn_started(self, message: MessageRow, attempt: int) -> None:
         """A worker thread is about to run ``message`` (its ``attempt``-th start)."""
 
@@ -121,6 +166,9 @@ class Instrumentation:
         lost; ``results`` itself is ``None`` when the whole transaction failed.
         """
 
+    def reminders_changed(self, message: MessageRow, changes: Sequence[ReminderChange]) -> None:
+        """The committed turn of ``message`` scheduled, replaced or cancelled reminders."""
+
     def effect_started(self, effect: EffectRow) -> None:
         """An effect runner thread is about to call the handler of ``effect``."""
 
@@ -133,6 +181,10 @@ class Instrumentation:
 
     def reminders_fired(self, messages: Sequence[MessageRow]) -> None:
         """Due reminders were fired: ``messages`` entered their actors' mailboxes."""
+
+    def process_event(self, event: str, owner: str) -> None:
+        """A process (by its lease ``owner``) ``started`` or ``stopped`` running workers
+        here, or a ``stale`` peer (no heartbeat) was recovered by this process."""
 
 
 class LogEvents(Instrumentation):
@@ -163,6 +215,87 @@ class LogEvents(Instrumentation):
                 },
             )
         return _ignore
+
+    def claimed(self, actor_type: str, actor_id: str) -> None:
+        self._actor_debug("claimed", "claimed %s %r", actor_type, actor_id)
+
+    def activated(self, actor_type: str, actor_id: str) -> None:
+        self._actor_debug("activated", "activated %s %r", actor_type, actor_id)
+
+    def deactivated(self, actor_type: str, actor_id: str) -> None:
+        self._actor_debug("deactivated", "deactivated %s %r", actor_type, actor_id)
+
+    @staticmethod
+    def _actor_debug(action: str, text: str, actor_type: str, actor_id: str) -> None:
+        if _worker_log.isEnabledFor(logging.DEBUG):
+            _worker_log.debug(
+                text,
+                actor_type,
+                actor_id,
+                extra={"solid_action": action, "actor_type": actor_type, "actor_id": actor_id},
+            )
+
+    def turn_started(self, message: MessageRow, attempt: int) -> None:
+        if _worker_log.isEnabledFor(logging.DEBUG):
+            _worker_log.debug(
+                "turn %s.%s of %r started (attempt %d)",
+                message.actor_type,
+                message.operation,
+                message.actor_id,
+                attempt,
+                extra={"solid_action": "turn_started", **log_fields(message, attempt)},
+            )
+
+    def effect_started(self, effect: EffectRow) -> None:
+        if _effects_log.isEnabledFor(logging.DEBUG):
+            _effects_log.debug(
+                "effect %s %s started (attempt %d)",
+                effect.name,
+                effect.id,
+                effect.attempts,
+                extra={"solid_action": "effect_started", **effect_fields(effect)},
+            )
+
+    def lease_lost(self, actor_type: str, actor_id: str) -> None:
+        _worker_log.warning(
+            "the lease of %s %r was lost before its renewal (expired or taken over): "
+            "its next commit here is refused",
+            actor_type,
+            actor_id,
+            extra={
+                "solid_action": "lease_expired",
+                "actor_type": actor_type,
+                "actor_id": actor_id,
+            },
+        )
+
+    def reminders_changed(self, message: MessageRow, changes: Sequence[ReminderChange]) -> None:
+        if _worker_log.isEnabledFor(logging.DEBUG):
+            for change in changes:
+                _worker_log.debug(
+                    "reminder %s.%s (key %r) of %r %s",
+                    message.actor_type,
+                    change.operation,
+                    change.key,
+                    message.actor_id,
+                    change.event,
+                    extra={
+                        "solid_action": f"reminder_{change.event}",
+                        "reminder": change.operation,
+                        "reminder_key": change.key,
+                        **log_fields(message),
+                    },
+                )
+
+    def process_event(self, event: str, owner: str) -> None:
+        # Starting and recovering a stale peer are logged where they happen (INFO
+        # ``workers_started``, WARNING ``process_recovered``).
+        if event == "stopped":
+            _processes_log.info(
+                "process %s stopped: its leases were released",
+                owner,
+                extra={"solid_action": "process_stopped", "solid_process": owner},
+            )
 
     def committed(
         self, batch: Sequence[Turn], results: Sequence[Committed | None] | None, started: float
@@ -302,6 +435,24 @@ class Fanout(Instrumentation):
             if found is not None:
                 return found
         return None
+
+    def claimed(self, actor_type: str, actor_id: str) -> None:
+        self._each("claimed", actor_type, actor_id)
+
+    def activated(self, actor_type: str, actor_id: str) -> None:
+        self._each("activated", actor_type, actor_id)
+
+    def deactivated(self, actor_type: str, actor_id: str) -> None:
+        self._each("deactivated", actor_type, actor_id)
+
+    def lease_lost(self, actor_type: str, actor_id: str) -> None:
+        self._each("lease_lost", actor_type, actor_id)
+
+    def reminders_changed(self, message: MessageRow, changes: Sequence[ReminderChange]) -> None:
+        self._each("reminders_changed", message, changes)
+
+    def process_event(self, event: str, owner: str) -> None:
+        self._each("process_event", event, owner)
 
     def turn_started(self, message: MessageRow, attempt: int) -> None:
         self._each("turn_started", message, attempt)

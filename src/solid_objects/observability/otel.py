@@ -31,7 +31,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from .events import Instrumentation, Turn, turn_outcome
+from .events import Instrumentation, Turn, reminder_changes, turn_outcome
 
 if TYPE_CHECKING:
     from ..engine.turn import TurnOutcome
@@ -40,6 +40,18 @@ if TYPE_CHECKING:
 _W3C = TraceContextTextMapPropagator()
 _FAILED = frozenset({"dead", "lease_lost", "commit_failed"})
 _EFFECT_OUTCOMES = {"done": "done", "pending": "retry", "dead": "dead"}
+
+
+def messaging(operation_type: str, destination: str, message_id: str) -> dict[str, str]:
+    """OpenTelemetry's messaging attributes of a span (semantic conventions): the
+    system, the kind of step, the destination (the actor type, or the effect's name)
+    and the message (or effect) id; the ``solid.*`` attributes go beside them."""
+    return {
+        "messaging.system": "solid_objects",
+        "messaging.operation.type": operation_type,
+        "messaging.destination.name": destination,
+        "messaging.message.id": message_id,
+    }
 
 
 class _Recent:
@@ -118,6 +130,7 @@ class OpenTelemetryTracing(Instrumentation):
             f"solid.enqueue {actor_type}.{operation}",
             kind=SpanKind.PRODUCER,
             attributes={
+                **messaging("send", actor_type, message_id),
                 "solid.actor_type": actor_type,
                 "solid.operation": operation,
                 "solid.message_id": message_id,
@@ -151,6 +164,7 @@ class OpenTelemetryTracing(Instrumentation):
             context=_parent(self._origin(message), message.traceparent),
             kind=SpanKind.CONSUMER,
             attributes={
+                **messaging("process", message.actor_type, message.id),
                 "solid.actor_type": message.actor_type,
                 "solid.actor_id": message.actor_id,
                 "solid.operation": message.operation,
@@ -202,7 +216,11 @@ class OpenTelemetryTracing(Instrumentation):
                 "solid.commit",
                 context=trace.set_span_in_context(span),
                 start_time=start,
-                attributes={"solid.batch_size": len(batch), "solid.outcome": kind},
+                attributes={
+                    **messaging("settle", message.actor_type, message.id),
+                    "solid.batch_size": len(batch),
+                    "solid.outcome": kind,
+                },
             )
             if kind in ("lease_lost", "commit_failed"):
                 commit.set_status(Status(StatusCode.ERROR, kind))
@@ -213,6 +231,13 @@ class OpenTelemetryTracing(Instrumentation):
             if result is not None:
                 for sent in result.outbound:
                     self._links.put(sent.id, span.get_span_context())
+                if kind == "completed" and outcome.staged and outcome.staged.reminders:
+                    for change in reminder_changes(outcome.staged):
+                        span.add_event(
+                            f"solid.reminder.{change.event}",
+                            {"solid.operation": change.operation, "solid.reminder_key": change.key},
+                            timestamp=end,
+                        )
             span.end(end_time=end)
 
     # --- effects and reminders --------------------------------------------------------
@@ -225,6 +250,7 @@ class OpenTelemetryTracing(Instrumentation):
             f"solid.effect {effect.name}",
             context=_parent(self._links.get(effect.id), effect.traceparent),
             attributes={
+                **messaging("process", effect.name, effect.id),
                 "solid.effect": effect.name,
                 "solid.effect_id": effect.id,
                 "solid.actor_type": effect.actor_type,
@@ -269,6 +295,7 @@ class OpenTelemetryTracing(Instrumentation):
                 context=Context(),
                 kind=SpanKind.PRODUCER,
                 attributes={
+                    **messaging("create", m.actor_type, m.id),
                     "solid.actor_type": m.actor_type,
                     "solid.actor_id": m.actor_id,
                     "solid.operation": m.operation,

@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 from ..engine.presence import unhandled_effects
 from ..errors import ConfigurationError
 from ..store.metrics import type_gauges
-from .events import Instrumentation, Turn, turn_outcome
+from .events import Instrumentation, ReminderChange, Turn, turn_outcome
 
 if TYPE_CHECKING:
     from ..engine.turn import TurnOutcome
@@ -128,6 +128,31 @@ class PrometheusMetrics(Instrumentation):
             registry=r,
         )
 
+        self.activation_events = Counter(
+            "activation_events",
+            "Activations here, by event: claimed (this process took the lease), activated "
+            "(its first turn committed), deactivated (released idle or at shutdown), "
+            "lease_lost (found lost at renewal).",
+            ["actor_type", "event"],
+            namespace=ns,
+            registry=r,
+        )
+        self.reminder_changes = Counter(
+            "reminder_changes",
+            "Reminders committed turns scheduled (new), replaced (moved) or cancelled.",
+            ["actor_type", "operation", "event"],
+            namespace=ns,
+            registry=r,
+        )
+        self.process_events = Counter(
+            "process_events",
+            "This process started or stopped running workers; stale: a peer that stopped "
+            "sending heartbeats was recovered by this process.",
+            ["event"],
+            namespace=ns,
+            registry=r,
+        )
+
     def bind(self, runtime: Runtime) -> None:
         if self._bound:
             raise ConfigurationError(
@@ -156,6 +181,27 @@ class PrometheusMetrics(Instrumentation):
                 counter.inc()
 
         return done
+
+    def claimed(self, actor_type: str, actor_id: str) -> None:
+        self._child(self.activation_events, actor_type, "claimed").inc()
+
+    def activated(self, actor_type: str, actor_id: str) -> None:
+        self._child(self.activation_events, actor_type, "activated").inc()
+
+    def deactivated(self, actor_type: str, actor_id: str) -> None:
+        self._child(self.activation_events, actor_type, "deactivated").inc()
+
+    def lease_lost(self, actor_type: str, actor_id: str) -> None:
+        self._child(self.activation_events, actor_type, "lease_lost").inc()
+
+    def reminders_changed(self, message: MessageRow, changes: Sequence[ReminderChange]) -> None:
+        for change in changes:
+            self._child(
+                self.reminder_changes, message.actor_type, change.operation, change.event
+            ).inc()
+
+    def process_event(self, event: str, owner: str) -> None:
+        self._child(self.process_events, event).inc()
 
     def turn_started(self, message: MessageRow, attempt: int) -> None:
         self._local.turn = time.perf_counter()

@@ -123,14 +123,17 @@ class OutboxStatements:
                     "tp": traceparent,
                 },
             )
+        outcomes = staged.reminder_outcomes
+        outcomes.clear()  # a commit run again (after a failed one) reports afresh
         for change in staged.reminders:
             where = {"pk": actor_pk, "op": change.operation, "key": change.key}
             if isinstance(change, CancelledReminder):
-                tx.run(
+                deleted = tx.run(
                     "DELETE FROM {reminders} WHERE actor_pk = :pk AND operation = :op "
                     "AND rkey = :key",
                     where,
                 )
+                outcomes.append("cancelled" if deleted else "absent")
                 continue
             at_ms = change.at_ms
             if change.cron is not None:  # the first occurrence after the database's now
@@ -154,6 +157,7 @@ class OutboxStatements:
                 "WHERE actor_pk = :pk AND operation = :op AND rkey = :key",
                 values,
             )
+            outcomes.append("replaced" if moved else "scheduled")
             if moved == 0:
                 tx.run(
                     "INSERT INTO {reminders} (actor_pk, operation, rkey, actor_type, actor_id, "

@@ -460,6 +460,27 @@ class Store(
             )
         return renewed
 
+    def lost_leases(self, tx: Tx, owner: str, pks: Sequence[int]) -> list[int]:
+        """Which of ``pks`` ``owner`` no longer holds (expired, taken over, released).
+
+        Read only after :meth:`renew` renewed fewer leases than asked.
+        """
+        held: set[int] = set()
+        for start in range(0, len(pks), 500):
+            chunk = pks[start : start + 500]
+            placeholders = ", ".join(f":p{i}" for i in range(len(chunk)))
+            params: dict[str, Any] = {f"p{i}": pk for i, pk in enumerate(chunk)}
+            params["owner"] = owner
+            held.update(
+                int(r[0])
+                for r in tx.rows(
+                    "SELECT pk FROM {actors} WHERE lease_owner = :owner "
+                    f"AND lease_expires_at > {{now}} AND pk IN ({placeholders})",
+                    params,
+                )
+            )
+        return [pk for pk in pks if pk not in held]
+
     _RELEASE = (
         "UPDATE {actors} SET lease_owner = NULL, lease_token = NULL, "
         "lease_expires_at = NULL, attempt = 0, "
