@@ -220,3 +220,37 @@ def test_automatic_retention_prunes_broadcasts(make_runtime: Callable[..., Runti
             time.sleep(0.05)
         assert rt._pool.poller.retention.prune()["broadcasts"] == 1
     assert count_rows(rt, "broadcasts") == 0
+
+
+class ObservedLedger(Actor):
+    total: int = 0
+
+    observables = ["total"]
+
+    def book(self, amount: int) -> int:
+        self.total += amount
+        self.commit_action("mirror_total", total=self.total)
+        return self.total
+
+
+def test_a_commit_action_that_fails_takes_the_broadcast_with_it(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    from solid_objects.errors import MessageFailed
+
+    rt = make_runtime(max_attempts=1)
+    failing = {"on": True}
+
+    def mirror_total(ctx: Any, total: int) -> None:
+        if failing["on"]:
+            raise RuntimeError("the application's table is locked")
+
+    rt.commit_action("mirror_total")(mirror_total)
+    with rt:
+        with pytest.raises(MessageFailed):
+            rt.ref(ObservedLedger, "l").book(amount=5)
+        assert count_rows(rt, "broadcasts") == 0
+        failing["on"] = False
+        rt.ref(ObservedLedger, "l").book(amount=2)
+    (row,) = broadcasts(rt, ObservedLedger, "l")
+    assert json.loads(row.changes)["invalidated"] == ["total"]

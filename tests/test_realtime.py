@@ -308,3 +308,77 @@ def test_hints_deliver_without_polling(
         if redis is not None:
             redis.stop()
     assert first["values"] == {"score": 1} and second["values"] == {"score": 3}
+
+
+def test_subscriptions_are_denied_without_a_policy(make_runtime: Callable[..., Runtime]) -> None:
+    rt = make_runtime()
+    with rt, TestClient(app_of(rt)) as client, connect(client) as ws:
+        ws.receive_json()
+        subscribe(ws, "s", "b1")
+        assert ws.receive_json()["code"] == "unauthorized"
+
+
+class FlakyPayloads(Actor):
+    n: int = 0
+
+    observables = {"n": "value"}
+
+    def bump(self) -> None:
+        self.n += 1
+
+    @payload
+    def broken(self, context: Any) -> dict[str, int]:
+        raise ValueError("a bug in the application's payload")
+
+    @payload
+    def fine(self, context: Any) -> dict[str, int]:
+        return {"n": self.n}
+
+
+def test_a_failing_payload_is_reported_and_spares_the_others(rt: Runtime) -> None:
+    rt.ref(FlakyPayloads, "f").bump()
+    with TestClient(app_of(rt)) as client, connect(client) as ws:
+        ws.receive_json()
+        subscribe(ws, "s", "f", actor_type="FlakyPayloads", payloads=["broken", "fine"])
+        frames = [ws.receive_json() for _ in range(3)]
+        rt.ref(FlakyPayloads, "f").bump()
+        later = [ws.receive_json() for _ in range(3)]
+    assert [f["type"] for f in frames] == ["snapshot", "error", "payload"]
+    assert frames[1]["code"] == "payload_failed" and "ValueError" in frames[1]["message"]
+    assert "a bug" not in frames[1]["message"]  # the exception's text stays on the server
+    assert frames[2]["payload"] == {"n": 1}
+    by_type = {f["type"]: f for f in later}
+    assert by_type["payload"]["payload"] == {"n": 2} and by_type["change"]["values"] == {"n": 2}
+
+
+def test_the_async_runtime_with_async_context_and_policy(db_url: str) -> None:
+    import asyncio
+
+    from solid_objects import AsyncRuntime
+
+    async def may(request: AuthorizationRequest) -> bool:
+        await asyncio.sleep(0)
+        return request.context == "alice"
+
+    async def who(websocket: Any) -> str | None:
+        return websocket.headers.get("x-user")  # type: ignore[no-any-return]
+
+    rt = AsyncRuntime(db_url, authorize_subscription=may, poll_interval=0.05)
+
+    async def setup() -> None:
+        await rt.install()
+
+    asyncio.run(setup())
+    app = realtime(rt, context=who)
+    try:
+        with TestClient(app) as client:
+            with connect(client, "alice") as ws:
+                ws.receive_json()
+                subscribe(ws, "s", "async-board")
+                assert ws.receive_json()["type"] == "snapshot"
+            with connect(client, "bob") as ws:
+                ws.receive_json()
+                subscribe(ws, "s", "async-board")
+                assert ws.receive_json()["code"] == "unauthorized"
+    finally:
+        asyncio.run(rt.close())

@@ -247,6 +247,7 @@ class Hub:
                     changes = json.loads(row.changes)
                     destroyed = bool(changes.get("destroyed"))
                     visible = destroyed or changes["values"] or changes["invalidated"]
+                    encoded = _change_frame(position, changes) if visible else ""
                     for sub in list(tracked.subscriptions):
                         if position <= sub.position or sub in resync:
                             continue  # it already holds this revision
@@ -255,7 +256,7 @@ class Hub:
                             continue
                         sub.position = position
                         if visible:
-                            sub.session.offer(_change_frame(sub.ref, position, changes))
+                            sub.session.offer(_addressed(sub.ref, encoded))
                     payloads_changed = payloads_changed or bool(changes.get("payloads"))
                     tracked.position = position
                 if resync or (payloads_changed and any(s.payloads for s in tracked.subscriptions)):
@@ -319,24 +320,23 @@ class Hub:
             del self.tracked[sub.key]
 
 
-def _change_frame(ref: str, position: Position, changes: dict[str, Any]) -> dict[str, Any]:
-    if changes.get("destroyed"):
-        return {
-            "v": PROTOCOL,
-            "type": "destroyed",
-            "id": ref,
-            "incarnation": position[0],
-            "revision": position[1],
-        }
-    return {
+def _change_frame(position: Position, changes: dict[str, Any]) -> str:
+    """A change (or destroyed) frame without its subscription id, encoded once for
+    every subscriber of the actor (:func:`_addressed` adds the id)."""
+    frame: dict[str, Any] = {
         "v": PROTOCOL,
-        "type": "change",
-        "id": ref,
+        "type": "destroyed" if changes.get("destroyed") else "change",
         "incarnation": position[0],
         "revision": position[1],
-        "values": changes.get("values", {}),
-        "invalidated": changes.get("invalidated", []),
     }
+    if not changes.get("destroyed"):
+        frame["values"] = changes.get("values", {})
+        frame["invalidated"] = changes.get("invalidated", [])
+    return json.dumps(frame, separators=(",", ":"))
+
+
+def _addressed(ref: str, encoded: str) -> str:
+    return '{"id":' + json.dumps(ref) + "," + encoded[1:]
 
 
 class Session:
@@ -347,12 +347,13 @@ class Session:
         self.websocket = websocket
         self.context = context
         self.subscriptions: dict[str, Subscription] = {}
-        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=queue_size)
+        #: Frames to send: a dict, or one already encoded (a change shared by subscribers).
+        self.queue: asyncio.Queue[dict[str, Any] | str] = asyncio.Queue(maxsize=queue_size)
         self.close_code: int | None = None
         self._writer: asyncio.Task[None] | None = None
         self._closing: asyncio.Task[None] | None = None
 
-    def offer(self, frame: dict[str, Any]) -> None:
+    def offer(self, frame: dict[str, Any] | str) -> None:
         """Queue a frame; a full queue closes the connection (``CLOSE_TOO_SLOW``)."""
         if self.close_code is not None:
             return
@@ -391,7 +392,8 @@ class Session:
         while True:
             frame = await self.queue.get()
             try:
-                await self.websocket.send_text(json.dumps(frame, separators=(",", ":")))
+                text = frame if isinstance(frame, str) else json.dumps(frame, separators=(",", ":"))
+                await self.websocket.send_text(text)
             finally:
                 self.queue.task_done()
 
