@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from solid_objects import Actor, Runtime, query
+from solid_objects.admin import allow
 from solid_objects.errors import ConfigurationError
 
 from .conftest import db_now
@@ -164,6 +165,9 @@ def test_a_live_process_that_handles_the_effect_prevents_its_death(
             return "send_mail" in rt.store.handled_effect_names(tx)
 
     wait_for(handler_registered, 60, "the handler process to register")
+    rt.admin.set_policy(allow({"ops": "read"}))
+    listed = rt.admin.as_principal("ops").list_processes().items
+    assert [p.effect_names for p in listed] == [["hold", "send_mail"]]  # what it handles
     gate = tmp_path / "gate"
     gate.touch()
     with rt:

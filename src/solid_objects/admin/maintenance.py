@@ -508,6 +508,10 @@ def _process_info(row: ProcessRow, now: int) -> ProcessInfo:
         types = [str(t) for t in json.loads(row.actor_types)]
     except (ValueError, TypeError):
         types = []
+    try:
+        effects = [str(n) for n in json.loads(row.effect_names or "[]")]
+    except (ValueError, TypeError):
+        effects = []
     return ProcessInfo(
         owner=row.owner,
         host=row.host,
@@ -521,6 +525,7 @@ def _process_info(row: ProcessRow, now: int) -> ProcessInfo:
         heartbeat_at=_time(row.heartbeat_at),
         expires_at=_time(row.expires_at),
         stopped_at=_time(row.stopped_at),
+        effect_names=effects,
     )
 
 

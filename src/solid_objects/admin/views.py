@@ -384,6 +384,9 @@ class ProcessInfo:
     heartbeat_at: datetime | None
     expires_at: datetime | None
     stopped_at: datetime | None
+    #: The effect names it runs handlers for (an effect none handles dies after
+    #: ``unhandled_effect_timeout``).
+    effect_names: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -239,7 +239,7 @@ def processes_list(
         click.echo("no worker processes" + ("" if include_stopped else " running"))
         return
     print_table(
-        ["PROCESS", "HOST", "PID", "STATE", "HEARTBEAT", "LEASES", "TYPES"],
+        ["PROCESS", "HOST", "PID", "STATE", "HEARTBEAT", "LEASES", "TYPES", "EFFECTS"],
         [
             [
                 p.owner,
@@ -249,6 +249,7 @@ def processes_list(
                 when(p.heartbeat_at, page.now),
                 p.leases,
                 short(",".join(p.actor_types), 40),
+                short(",".join(p.effect_names), 30),
             ]
             for p in page.items
         ],

@@ -25,7 +25,7 @@ from .dialect import Tx
 
 _COLS = (
     "owner, host, pid, version, actor_types, started_at, heartbeat_at, expires_at, stopped_at, "
-    "stop_reason"
+    "stop_reason, effect_names"
 )
 
 
@@ -43,6 +43,8 @@ class ProcessRow:
     stop_reason: str | None
     #: Leases the process holds now (unexpired), filled in by :meth:`list_processes`.
     leases: int = 0
+    #: JSON list of the effect names it handles (schema 10; None for an older row).
+    effect_names: str | None = None
 
 
 def _process(r: Sequence[Any]) -> ProcessRow:
@@ -57,6 +59,7 @@ def _process(r: Sequence[Any]) -> ProcessRow:
         int(r[7]),
         None if r[8] is None else int(r[8]),
         r[9],
+        effect_names=r[10],
     )
 
 
