@@ -61,7 +61,7 @@ def enqueue_on(
         store.dialect.join(driver_connection, cursor)
         tx = Tx(cursor, store.sql, dbapi_connection)
         where = str(tx.scalar(store.dialect.identity_sql))
-        if where != store.identity():
+        if where != store.identity() and where != store.identity(refresh=True):
             raise ForeignDatabase(
                 "the connection reaches another database or schema than the runtime's: "
                 "the message would never be seen by its workers"

@@ -322,9 +322,13 @@ class Store(
             self, dialect_name, dbapi_connection, driver_connection, **fields
         )
 
-    def identity(self) -> str:
-        """Which server, database and schema the runtime's connections reach (cached)."""
-        if self._identity is None:
+    def identity(self, *, refresh: bool = False) -> str:
+        """Which server, database and schema the runtime's connections reach (cached).
+
+        ``refresh`` reads it again: after a failover (Patroni, a multi-host URL) the
+        runtime's connections reach the new primary, whose start time differs.
+        """
+        if self._identity is None or refresh:
             self._identity = application.identity(self)
         return self._identity
 
