@@ -25,6 +25,9 @@ it is used.
 ``with_options(connection=django.db.connection)`` enqueues in Django's transaction
 (exactly once with the application's rows, :mod:`.transactions`);
 :func:`send_on_commit` is the alternative that sends after the commit (at most once).
+:func:`effect` and :func:`commit_action` register handlers on every runtime built
+here; a commit action writes Django models' tables through ``ctx.connection`` with
+:func:`table` (:mod:`.orm` says why not the ORM).
 """
 
 from __future__ import annotations
