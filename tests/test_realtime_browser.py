@@ -100,7 +100,7 @@ def browser() -> Iterator[Any]:
         launched.close()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "mysql"])
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     with fresh_database(str(request.param), tmp_path) as url:
         Runtime(url, **FAST).install()
