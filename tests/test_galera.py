@@ -11,9 +11,9 @@ collected only when ``SOLID_TEST_GALERA_URLS`` names its three nodes::
 - one runtime per node, 200 calls to one hot identity from 12 threads: 0 failed
   (Galera's certification failures, error 1213 at COMMIT, are run again), each
   applied once at the position it returned, each thread's calls in order;
-- node 3 SIGKILLed under that load and started again (it rejoins by IST): no
-  acknowledged call lost or applied twice, order kept, the rejoined node serves the
-  same state, and calls through it succeed again.
+- node 3 SIGKILLed under that load (calls and sends) and started again (it rejoins
+  by IST): no acknowledged call or enqueued message lost or applied twice, order
+  kept, the rejoined node serves the same state, and calls through it succeed again.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.engine import make_url
@@ -93,7 +94,8 @@ def test_a_node_killed_and_rejoined_under_load_loses_no_acknowledged_call(
     lock = threading.Lock()
     returned: dict[int, int] = {}
     raised: dict[int, str] = {}
-    sent: dict[int, list[int]] = {t: [] for t in range(9)}
+    sent: dict[int, list[int]] = {t: [] for t in range(12)}
+    accepted: dict[int, Any] = {}  # sends that returned: their messages were enqueued
     rejoined = threading.Event()
     through_rejoined: list[int] = []  # calls through node 3 that returned after it rejoined
     try:
@@ -112,6 +114,12 @@ def test_a_node_killed_and_rejoined_under_load_loses_no_acknowledged_call(
                 k += 1
                 sent[t].append(item)
                 try:
+                    if t >= 9:  # a sender: the message is durable once send() returns
+                        message = ledger.add.send(item)
+                        with lock:
+                            accepted[item] = message
+                        time.sleep(0.05)
+                        continue
                     position = ledger.add(item)
                 except Exception as exc:
                     with lock:
@@ -133,7 +141,7 @@ def test_a_node_killed_and_rejoined_under_load_loses_no_acknowledged_call(
                 assert time.monotonic() < deadline, f"no progress: {what}"
                 time.sleep(0.1)
 
-        threads = [threading.Thread(target=caller, args=(t,)) for t in range(9)]
+        threads = [threading.Thread(target=caller, args=(t,)) for t in range(12)]
         for th in threads:
             th.start()
         until(60, "before the kill")
@@ -153,6 +161,8 @@ def test_a_node_killed_and_rejoined_under_load_loses_no_acknowledged_call(
             th.join(timeout=120)
         assert not any(th.is_alive() for th in threads)
 
+        for item, message in accepted.items():  # every enqueued message runs
+            returned[item] = message.wait(timeout=120)
         items: list[int] = runtimes[0].ref(SerialLedger, "hot").snapshot()["items"]
         assert len(items) == len(set(items)), "an operation was applied twice"
         position = {item: i + 1 for i, item in enumerate(items)}
@@ -166,7 +176,8 @@ def test_a_node_killed_and_rejoined_under_load_loses_no_acknowledged_call(
         # The rejoined node serves the same state, and takes calls again.
         assert runtimes[2].ref(SerialLedger, "hot").snapshot()["items"] == items
         print(
-            f"galera kill/rejoin: {len(returned)} calls acknowledged ({killed_at} before "
+            f"galera kill/rejoin: {len(returned)} calls and sends acknowledged "
+            f"({len(accepted)} sends; {killed_at} calls before "
             f"the kill, {rejoined_at - killed_at} while node 3 was down), {len(raised)} raised "
             f"({sorted(set(raised.values()))}), {len(set(raised) & set(position))} of those "
             "committed; 0 acknowledged lost, 0 applied twice"
