@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -121,6 +122,52 @@ def test_on_deactivate_runs_at_shutdown_and_its_failure_is_only_logged(
     assert _events[-1] == "deactivate:1"
     assert any("flush failed" in r.getMessage() for r in caplog.records)
     assert count_rows(rt, "actors", "lease_owner IS NOT NULL") == 0
+
+
+_release_slow = threading.Event()
+
+
+class HookedSlowly(Actor):
+    value: int = 0
+
+    def on_deactivate(self) -> None:
+        _events.append(f"deactivate:{self.value}")
+
+    def slow(self) -> int:
+        _events.append("slow")
+        _release_slow.wait(30)
+        self.value += 1
+        return self.value
+
+    def add(self) -> int:
+        self.value += 1
+        return self.value
+
+
+def test_on_deactivate_runs_at_shutdown_for_an_actor_with_work_still_queued(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """A message that arrives during the last turn requeues the activation; stopping
+    leaves that work for later, but the activation still ends with its hook."""
+    _release_slow.clear()
+    rt = make_runtime(workers=1)
+    rt.start()
+    ref = rt.ref(HookedSlowly, "q")
+    first = ref.slow.send()
+    deadline = time.monotonic() + 30
+    while "slow" not in _events:
+        assert time.monotonic() < deadline, "the slow turn never started"
+        time.sleep(0.01)
+    ref.add.send()  # signals the running activation: requeued when its turn ends
+    stopper = threading.Thread(target=rt.stop)
+    stopper.start()
+    while not rt._pool.stopping:
+        assert time.monotonic() < deadline, "stop() never began"
+        time.sleep(0.01)
+    _release_slow.set()
+    stopper.join(30)
+    assert first.result() == 1
+    assert _events[-1] == "deactivate:1"
 
 
 def test_a_hook_that_needs_arguments_is_refused_at_definition() -> None:

@@ -159,7 +159,10 @@ class WorkerPool(DirectTurns, CommitsApart):
         """Give back every lease of this process, cached or orphaned."""
         faults.point("shutdown.release")
         with self._cond:
-            ending = [a for a in self._activations.values() if a.status == "idle"]
+            # Queued ones too: a signal during their last turn requeued them, and no
+            # thread takes work once stopping. A turn still running (a stuck thread) is
+            # left alone: its commit will be refused once the lease is released.
+            ending = [a for a in self._activations.values() if a.status != "running"]
         for act in ending:
             if deactivate(act):
                 self.instrument.deactivated(act.actor_type, act.actor_id)
