@@ -18,6 +18,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import sqlalchemy
 from sqlalchemy import event
 
 from solid_objects import Actor, Runtime
+from solid_objects.errors import DatabaseError
 
 from .conftest import FAST, count_rows, fresh_database
 
@@ -262,3 +264,46 @@ def test_the_backoff_is_jittered_and_bounded() -> None:
     draws = [backoff(n) for n in range(40) for _ in range(5)]
     assert all(0.0 <= d <= _BACKOFF_CAP for d in draws)
     assert len(set(draws)) > 100  # not in step
+
+
+class AmbiguousInbox(Actor):
+    n: int = 0
+
+    def bump(self) -> int:
+        self.n += 1
+        return self.n
+
+
+def test_an_enqueue_whose_commit_answer_was_lost_is_resolved_by_reading(
+    make_runtime: Any, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The COMMIT reached the server and committed, then its answer was lost (as when
+    the connection drops during COMMIT): the row is there, so ``send`` returns."""
+    if backend == "sqlite":
+        pytest.skip("SQLite's COMMIT has no unknown outcome (the writer is local)")
+    rt = make_runtime(workers=0)
+    inbox = rt.ref(AmbiguousInbox, "a")
+    inbox.bump.send()
+    dialect = rt.store.dialect
+    real = dialect.write
+    lost: list[bool] = [True]
+
+    @contextmanager
+    def answer_lost(engine: Any, render: Any) -> Iterator[Any]:
+        with real(engine, render) as tx:
+            yield tx
+        if lost and lost.pop():
+            raise DatabaseError(
+                "OperationalError: the connection was lost during COMMIT",
+                None,
+                disconnect=True,
+                commit_unknown=True,
+            )
+
+    monkeypatch.setattr(dialect, "write", answer_lost)
+    message = inbox.bump.send()  # without the read: DatabaseError(commit_unknown=True)
+    assert not lost, "the injected failure did not happen"
+    assert message.status() == "queued"
+    assert count_rows(rt, "messages") == 2  # written once, not re-run
+    rt.testing.drain()
+    assert inbox.snapshot() == {"n": 2}

@@ -453,12 +453,41 @@ class Client:
             faults.point("enqueue.body")
             return enqueued
 
-        future = self.store.transact_future(
-            body, isolated=False, key=(definition.actor_type, actor_id) if warm else None
+        future = self._resolved(
+            self.store.transact_future(
+                body, isolated=False, key=(definition.actor_type, actor_id) if warm else None
+            ),
+            message_id,
         )
         future.add_done_callback(observed)
         future.add_done_callback(self._route)
         return future
+
+    def _resolved(self, future: Future[Enqueued], message_id: str) -> Future[Enqueued]:
+        """An enqueue whose COMMIT had an unknown outcome, resolved by reading its row.
+
+        The message's id was chosen before the transaction, so finding the row proves
+        the enqueue committed: the call goes on as if COMMIT had answered. Not finding
+        it proves nothing (the COMMIT may still be landing), so the error stands, with
+        ``commit_unknown``. Only the servers' enqueues finish before this returns; the
+        SQLite writer's COMMIT has no unknown outcome (the database is local).
+        """
+        if not future.done():
+            return future
+        exc = future.exception()
+        if not isinstance(exc, DatabaseError) or not exc.commit_unknown:
+            return future
+        try:
+            with self.store.read() as tx:
+                row = self.store.message(tx, message_id)
+        except (DatabaseError, SQLAlchemyError):
+            return future
+        if row is None:
+            return future
+        log.warning("the enqueue of %s committed although its COMMIT failed (%r)", row.id, exc)
+        found: Future[Enqueued] = Future()
+        found.set_result(Enqueued(row, existing=False, claimed=None))
+        return found
 
     def _run_here(
         self,
