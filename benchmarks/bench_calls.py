@@ -42,12 +42,14 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
 import itertools
 import json
 import math
 import os
 import platform
+import re
 import shutil
 import signal
 import sqlite3
@@ -171,6 +173,41 @@ class Meter:
 #: Statements run through the library's ``Tx`` in this process (servers; see instrument()).
 _TX_STATEMENTS = [0]
 
+#: ``--profile``: statements of this process by kind (a label made from the SQL text).
+_PROFILE: collections.Counter[str] | None = None
+_LABELS: dict[str, str] = {}
+_LITERALS = re.compile(r"'[^']*'|\b\d+\b|\bx'[0-9a-f]*'")
+
+
+def statement_label(sql: str) -> str:
+    """A short, stable name for a statement: its first words, literals blanked."""
+    label = _LABELS.get(sql)
+    if label is None:
+        words = " ".join(_LITERALS.sub("?", sql).split())
+        label = words if len(words) <= 72 else words[:72] + "…"
+        if len(_LABELS) < 10_000:
+            _LABELS[sql] = label
+    return label
+
+
+def profile_sample() -> dict[str, Any]:
+    """This process's CPU and statements by label (``--profile``), cumulative."""
+    return {"cpu_s": process_cpu(), "statements": dict(_PROFILE or {})}
+
+
+def profile_delta(after: dict[str, Any], before: dict[str, Any], calls: int) -> dict[str, Any]:
+    """Per call between two :func:`profile_sample`s: CPU ms and statements by label."""
+    per = 1 / calls if calls else math.nan
+    counts = {
+        k: (v - before["statements"].get(k, 0)) * per for k, v in after["statements"].items()
+    }
+    counts = {k: round(v, 3) for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v}
+    return {
+        "cpu_ms_per_call": round((after["cpu_s"] - before["cpu_s"]) * 1000 * per, 3),
+        "statements_per_call": round(sum(counts.values()), 3),
+        "statements": counts,
+    }
+
 
 def _count_tx_statements() -> None:
     """Wrap ``Tx.run``/``row``/``rows`` once so every statement the library runs is counted.
@@ -187,6 +224,8 @@ def _count_tx_statements() -> None:
 
         def counted(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
             _TX_STATEMENTS[0] += 1  # a racy += can lose a count under the GIL: it is a meter
+            if _PROFILE is not None:
+                _PROFILE[statement_label(args[0] if args else kwargs["template"])] += 1
             return _original(self, *args, **kwargs)
 
         setattr(Tx, name, counted)
@@ -220,8 +259,12 @@ def instrument(rt: Runtime, meter: Meter, *, trace_statements: bool) -> None:
             original = getattr(store.dialect, name)
 
             @contextmanager
-            def counted(engine: Any, render: Any, _original: Any = original) -> Iterator[Any]:
+            def counted(
+                engine: Any, render: Any, _original: Any = original, _name: str = name
+            ) -> Iterator[Any]:
                 meter.add_commit(1)
+                if _PROFILE is not None and _name == "write":
+                    _PROFILE["(COMMIT of a write transaction)"] += 1
                 with _original(engine, render) as tx:
                     yield tx
 
@@ -237,8 +280,10 @@ def instrument(rt: Runtime, meter: Meter, *, trace_statements: bool) -> None:
         def _trace(dbapi_conn: Any, _record: Any) -> None:
             cell = meter.statement_cell()
 
-            def count(_sql: str) -> None:
+            def count(sql: str) -> None:
                 cell[0] += 1
+                if _PROFILE is not None:
+                    _PROFILE[statement_label(sql)] += 1
 
             dbapi_conn.set_trace_callback(count)
 
@@ -297,6 +342,8 @@ class Settings:
     wakeup_url: str | None = None
     #: Experiment: overrides of the library's server engine arguments (KEY=VALUE).
     engine_options: tuple[str, ...] = ()
+    #: Count statements by kind and CPU per process and role (``--profile``).
+    profile: bool = False
 
     def runtime(self, *, workers: int) -> tuple[Runtime, Meter]:
         return new_runtime(
@@ -328,6 +375,8 @@ class CellRun:
     server_write_tx_per_call: float | None
     cpu_s_per_call: float
     cpu_cores: float
+    #: ``--profile``: per role ("caller", "workers"), per process, CPU and statements.
+    profile: dict[str, list[dict[str, Any]]] | None = None
 
 
 @dataclass
@@ -355,7 +404,9 @@ class Cell:
         }
         for name in CellRun.__dataclass_fields__:
             values = [getattr(r, name) for r in self.runs]
-            if any(v is None for v in values):
+            if name == "profile":
+                out[name] = values[len(values) // 2]
+            elif any(v is None for v in values):
                 out[name] = None
             elif name in ("calls", "errors"):
                 out[name] = sum(values)
@@ -506,6 +557,7 @@ def measure_cell(
     rep: int,
     caller: Callable[[str], None],
     sample: Callable[[], Sample],
+    profile: Callable[[], dict[str, list[dict[str, Any]]]] | None = None,
 ) -> CellRun:
     namespace = f"{cell.shape}-{cell.mode}-c{cell.concurrency}-p{cell.processes}-r{rep}"
     actor_id = identity_plan(cell.shape, namespace, settings.identities)
@@ -530,10 +582,14 @@ def measure_cell(
     server = server_write_counter(settings.url)
     server_marks: list[int] = []
 
+    profiles: list[dict[str, list[dict[str, Any]]]] = []
+
     def before() -> None:
         if server is not None:
             server_marks.append(server())
         marks.append(sample())
+        if profile is not None:
+            profiles.append(profile())
 
     phase = run_phase(
         caller,
@@ -545,6 +601,16 @@ def measure_cell(
         before=before,
     )
     delta = sample() - marks[0]
+    roles = None
+    if profile is not None:
+        after, n_calls = profile(), len(phase.latencies)
+        roles = {
+            role: [
+                profile_delta(a, b, n_calls)
+                for a, b in zip(samples, profiles[0][role], strict=True)
+            ]
+            for role, samples in after.items()
+        }
     server_delta = None if server is None else server() - server_marks[0]
     if phase.latencies and delta.write_tx == 0:
         raise RuntimeError(
@@ -576,6 +642,7 @@ def measure_cell(
         server_write_tx_per_call=None if server_delta is None else server_delta * per,
         cpu_s_per_call=delta.cpu_s * per,
         cpu_cores=delta.cpu_s / phase.seconds,
+        profile=roles,
     )
 
 
@@ -584,7 +651,12 @@ def run_cell_in_process(settings: Settings, cell: Cell, rep: int) -> CellRun:
     rt, meter = settings.runtime(workers=settings.workers)
     with rt:
         return measure_cell(
-            settings, cell, rep, Caller(rt, cell.mode, settings.call_timeout), meter.sample
+            settings,
+            cell,
+            rep,
+            Caller(rt, cell.mode, settings.call_timeout),
+            meter.sample,
+            (lambda: {"process": [profile_sample()]}) if settings.profile else None,
         )
 
 
@@ -616,6 +688,8 @@ class WorkerFleet:
             command += ["--engine-option", pair]
         if not settings.trace_statements:
             command.append("--no-trace")
+        if settings.profile:
+            command.append("--profile")
         self.procs = [
             subprocess.Popen(
                 command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
@@ -632,6 +706,13 @@ class WorkerFleet:
     def _readline(p: subprocess.Popen[str]) -> str:
         assert p.stdout is not None
         return p.stdout.readline().strip()
+
+    def profile(self) -> list[dict[str, Any]]:
+        """Each process's :func:`profile_sample` (``--profile``)."""
+        for p in self.procs:
+            assert p.stdin is not None
+            p.stdin.write("profile\n")
+        return [json.loads(self._readline(p)) for p in self.procs]
 
     def sample(self) -> Sample:
         for p in self.procs:
@@ -672,6 +753,9 @@ def run_cell_processes(settings: Settings, cell: Cell, rep: int) -> CellRun:
                 rep,
                 Caller(rt, cell.mode, settings.call_timeout),
                 lambda: meter.sample() + fleet.sample(),
+                (lambda: {"caller": [profile_sample()], "workers": fleet.profile()})
+                if settings.profile
+                else None,
             )
     finally:
         fleet.close()
@@ -690,6 +774,8 @@ def worker_process_main(
             command = line.strip()
             if command == "stats":
                 print(json.dumps(asdict(meter.sample())), flush=True)
+            elif command == "profile":
+                print(json.dumps(profile_sample()), flush=True)
             elif command == "quit":
                 break
     return 0
@@ -1014,6 +1100,24 @@ def print_cells(cells: list[dict[str, Any]], raw: dict[int, dict[str, Any]]) -> 
             print(f"      ^ {c['errors']} failed call(s)")
 
 
+def print_profile(roles: dict[str, list[dict[str, Any]]]) -> None:
+    """Per role: CPU ms and statements per call, summed over its processes, by kind."""
+    for role, processes in roles.items():
+        cpu = sum(p["cpu_ms_per_call"] for p in processes)
+        statements: collections.Counter[str] = collections.Counter()
+        for p in processes:
+            statements.update(p["statements"])
+        per_process = " / ".join(f"{p['cpu_ms_per_call']:.2f}" for p in processes)
+        print(
+            f"    {role} ({len(processes)} process(es)): {cpu:.2f} CPU ms/call "
+            f"({per_process}), {sum(statements.values()):.2f} statements/call",
+            file=sys.stderr,
+        )
+        for label, n in statements.most_common():
+            if n >= 0.005:
+                print(f"      {n:7.3f}  {label}", file=sys.stderr)
+
+
 def print_report(report: dict[str, Any]) -> None:
     m = report["machine"]
     s = report["settings"]
@@ -1180,6 +1284,8 @@ def run(settings: Settings, display_url: str) -> dict[str, Any]:
                         f"p50 {result.p50_ms:.2f} ms, {result.write_tx_per_call:.2f} wtx/call",
                         file=sys.stderr,
                     )
+                    if result.profile is not None:
+                        print_profile(result.profile)
     finally:
         if raw_dir is not None:
             shutil.rmtree(raw_dir, ignore_errors=True)
@@ -1312,6 +1418,12 @@ def parser() -> argparse.ArgumentParser:
         help="runtime option sqlite_synchronous (also used for the raw limit)",
     )
     p.add_argument(
+        "--profile",
+        action="store_true",
+        help="count statements by kind and CPU per process and role (caller, workers); "
+        "printed per cell and kept in the JSON",
+    )
+    p.add_argument(
         "--no-trace",
         action="store_true",
         help="do not count SQL statements (removes the trace callback's overhead)",
@@ -1376,6 +1488,9 @@ def override_engine_options(pairs: list[str]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     override_engine_options(args.engine_option or [])
+    if args.profile:
+        global _PROFILE
+        _PROFILE = collections.Counter()
     if args.worker_process:
         return worker_process_main(
             args.url, args.workers, args.sqlite_synchronous, not args.no_trace, args.wakeup_url
@@ -1422,6 +1537,7 @@ def main(argv: list[str] | None = None) -> int:
         dbos_calls=args.dbos_calls,
         wakeup_url=args.wakeup_url,
         engine_options=tuple(args.engine_option or ()),
+        profile=args.profile,
     )
     try:
         report = run(settings, display_url if args.url else "temporary SQLite file")

@@ -118,8 +118,9 @@ def test_quick_benchmark_writes_well_formed_json(tmp_path: Path) -> None:
 
 def test_quick_side_by_side_run_on_each_backend(backend: str, tmp_path: Path) -> None:
     """``run.py`` on one backend: a fresh scratch database, the raw limit with the same
-    driver, one worker process, the server's own transaction count; the scratch
-    database is dropped afterwards."""
+    driver, the deployed topology (4 worker processes and a caller-only process, the
+    cell of issue 14, with its per-role profile), the server's own transaction count;
+    the scratch database is dropped afterwards."""
     kind = "mariadb" if backend == "mysql" else backend
     out = tmp_path / "side.json"
     scratch = tmp_path / "tmp"
@@ -133,15 +134,16 @@ def test_quick_side_by_side_run_on_each_backend(backend: str, tmp_path: Path) ->
         "--shapes",
         "warm",
         "--modes",
-        "call",
+        "call,send",
         "--concurrency",
-        "1,4",
+        "1,16",
         "--calls",
         "60",
         "--warmup",
         "10",
         "--processes",
-        "1",
+        "4",
+        "--profile",
         "--idle-seconds",
         "0.3",
         "--dbos-python",
@@ -162,7 +164,7 @@ def test_quick_side_by_side_run_on_each_backend(backend: str, tmp_path: Path) ->
         env={**os.environ, "TMPDIR": str(scratch)},
         capture_output=True,
         text=True,
-        timeout=110,
+        timeout=300,
     )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert "Side by side" in proc.stdout
@@ -172,11 +174,21 @@ def test_quick_side_by_side_run_on_each_backend(backend: str, tmp_path: Path) ->
     report = json.loads(out.read_text())["databases"][kind]
     assert report["database"] == ("mysql" if kind == "mariadb" else kind)
     assert report["server_version"]
-    assert [r["threads"] for r in report["raw"]] == [1, 4]
+    assert [r["threads"] for r in report["raw"]] == [1, 16]
     assert all(positive(r["commits_per_s"]) for r in report["raw"])
-    cells = {(c["concurrency"], c["processes"]): c for c in report["cells"]}
-    assert set(cells) == {(1, 0), (4, 0), (1, 1), (4, 1)}
+    cells = {(c["concurrency"], c["mode"], c["processes"]): c for c in report["cells"]}
+    assert set(cells) == {
+        (conc, mode, procs) for conc in (1, 16) for mode in ("call", "send") for procs in (0, 4)
+    }
     for where, cell in cells.items():
+        roles = cell["profile"]
+        assert set(roles) == ({"caller", "workers"} if where[2] else {"process"}), where
+        if where[2]:
+            assert (len(roles["caller"]), len(roles["workers"])) == (1, 4), where
+        for processes in roles.values():
+            for process in processes:
+                assert non_negative(process["cpu_ms_per_call"]), (where, process)
+        assert positive(sum(p["statements_per_call"] for ps in roles.values() for p in ps))
         assert cell["errors"] == 0, where
         for name in (
             "ops_per_s",

@@ -42,6 +42,7 @@ from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref, resolve
 from .registry import NamedHandlers, Registry
 from .store import Store
 from .store.broadcasts import parse_hint
+from .store.mailbox import parse_held_hint
 from .store.store import new_owner
 from .testing import AsyncTesting, Testing
 
@@ -108,6 +109,8 @@ class Runtime:
         if isinstance(database, Engine):
             self._engine.transactions.watch(database)
         self._listener = listener_for(self.store, self.options.wakeup_url, self._on_notification)
+        if self._listener is not None:
+            self._engine.notified = self._listener.listening.is_set
         self._closed = False
         #: Serializes start/stop/close, so a close() during run() waits for nothing twice.
         self._lifecycle = threading.RLock()
@@ -261,6 +264,11 @@ class Runtime:
             identity = parse_hint(payload)
             if identity is not None:
                 self._pool.broadcasted(*identity)
+        elif (held := parse_held_hint(payload)) is not None:
+            # New work for an actor whose lease one process holds: only that one acts.
+            pk, owner = held
+            if owner == self._pool.owner and not self._pool.signal(pk):
+                self._pool.poller.wake()  # not cached here: the poller decides
         else:
             self._pool.poller.wake()
 

@@ -93,12 +93,23 @@ class _Poll:
 
     A message a local worker runs is resolved through its future; the row is read
     only every ``_LOCAL_POLL`` as a safety net (the lease may be lost meanwhile).
+    So is a message another process runs while this runtime listens for wake-ups
+    (``notified``: NOTIFY on PostgreSQL, or Redis): that worker announces the
+    finished message (``d:<id>``), which makes the waiter read the row at once.
     Otherwise the row is read with a backoff from 2 ms to 50 ms.
     """
 
-    def __init__(self, waiters: Waiters, message_id: str, *, read_first: bool = False) -> None:
+    def __init__(
+        self,
+        waiters: Waiters,
+        message_id: str,
+        *,
+        read_first: bool = False,
+        notified: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._waiters = waiters
         self._id = message_id
+        self._notified = notified
         self.delay = _FIRST_POLL
         # A wait that starts after the enqueue (``send().wait()``) may find the turn
         # already committed, its outcome handed to nobody: read the row at once.
@@ -110,7 +121,7 @@ class _Poll:
         if where == "enqueueing":
             self.delay = min(self.delay * 2, _MAX_POLL)
             return False
-        if where == "local":
+        if where == "local" or self._notified():
             self.delay = _LOCAL_POLL
             if now - self._last_read < _LOCAL_POLL:
                 return False
@@ -135,6 +146,9 @@ class Client:
         self._enqueueing: set[str] = set()
         #: Who holds SQLite's write lock through a connection the library can see.
         self.transactions = OpenTransactions()
+        #: Whether finished messages are announced to this process right now (the
+        #: runtime's wake-up listener is connected): waiters then need not poll.
+        self.notified: Callable[[], bool] = lambda: False
 
     def ensure_schema(self) -> None:
         if not self._schema_checked:
@@ -712,7 +726,12 @@ class Client:
         late = not self.waiters.has(message.id)  # not registered before its enqueue
         future: Future[Outcome] = self.waiters.register(message.id)
         self._mark_if_local(message)
-        poll = _Poll(self.waiters, message.id, read_first=self._may_be_done(message, late))
+        poll = _Poll(
+            self.waiters,
+            message.id,
+            read_first=self._may_be_done(message, late),
+            notified=self.notified,
+        )
         try:
             while True:
                 remaining = deadline - time.monotonic()
@@ -752,7 +771,12 @@ class Client:
         late = not self.waiters.has(message.id)  # not registered before its enqueue
         future = asyncio.wrap_future(self.waiters.register(message.id))
         self._mark_if_local(message)
-        poll = _Poll(self.waiters, message.id, read_first=self._may_be_done(message, late))
+        poll = _Poll(
+            self.waiters,
+            message.id,
+            read_first=self._may_be_done(message, late),
+            notified=self.notified,
+        )
         try:
             while True:
                 remaining = deadline - time.monotonic()

@@ -33,6 +33,27 @@ from .rows import (
 _process_sends = itertools.count(1)
 
 
+def held_hint(pk: int, owner: str) -> str:
+    """The wake-up payload for new work in a mailbox whose lease ``owner`` holds.
+
+    Only the owning process acts on it (its worker reads the mailbox); every other
+    process ignores it, since none may claim an unexpired lease: one wake-up per
+    enqueue instead of every poller reading the ready actors. A runtime that does
+    not know the payload treats it as ``w`` (wakes its poller), as before.
+    """
+    return f"h:{pk}:{owner}"
+
+
+def parse_held_hint(payload: str) -> tuple[int, str] | None:
+    """``(pk, owner)`` of a :func:`held_hint` payload, or None for anything else."""
+    if not payload.startswith("h:"):
+        return None
+    pk, sep, owner = payload[2:].partition(":")
+    if not sep or not pk.isdigit():
+        return None
+    return int(pk), owner
+
+
 class MailboxStatements:
     """Mixin: needs ``dialect``, ``notify`` and ``load_claimed`` from the store."""
 
@@ -262,7 +283,15 @@ class MailboxStatements:
             tx, message, now, None if message.seq is not None else next(_process_sends)
         )
         if lease is None and (claim_for is None or owner != claim_for):
-            self.notify(tx, "w")  # a worker elsewhere holds it, or will claim it
+            # A worker elsewhere holds it (tell that process alone), or will claim it.
+            held = (
+                owner is not None
+                and int(expires) > now
+                and not paused
+                and (ready_at is None or int(ready_at) <= now)
+                and message.seq is not None
+            )
+            self.notify(tx, held_hint(pk, str(owner)) if held else "w")
         claimed = None if lease is None else self.load_claimed(tx, lease)
         return Enqueued(message, existing=False, claimed=claimed)
 

@@ -1,0 +1,207 @@
+"""Cross-process wake-ups reach the process that must act, and waiters trust them.
+
+Two costs of the deployed topology (caller-only processes, worker processes;
+issue 14, ``docs/benchmarks.md``): every enqueue woke every worker process's
+poller (each then read the ready actors and the due times, to find one actor
+another process held), and a caller waiting for a message that another process
+runs read its row with a 2-50 ms backoff even while that process announces the
+finished message (``d:<id>``). Now an enqueue to an actor whose lease is held
+announces ``h:<pk>:<owner>``, which only the owner acts on, and a waiter whose
+runtime is listening reads the row when told, or as a safety net every 0.25 s.
+What is checked here is counted (payloads, wake-ups, row reads), never timed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from solid_objects import Actor, Runtime
+from solid_objects.store.mailbox import held_hint, parse_held_hint
+from tests.apps.procapp import AppendLog
+from tests.test_processes import STEP, Cluster, wait_until
+from tests.test_redis_wakeup import RedisServer, caller
+
+pytestmark = pytest.mark.slow
+
+
+class HeldHintCounter(Actor):
+    n: int = 0
+
+    def add(self) -> int:
+        self.n += 1
+        return self.n
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, db_url: str) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, db_url)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_held_hint_round_trips_and_refuses_other_payloads() -> None:
+    assert parse_held_hint(held_hint(42, "123-ab:cd")) == (42, "123-ab:cd")
+    for other in ("w", "d:abc", "b:[]", "h:", "h:x:owner", "h:12"):
+        assert parse_held_hint(other) is None
+
+
+def test_an_enqueue_to_a_held_actor_names_its_owner_and_one_to_a_free_actor_wakes_all(
+    db_url: str,
+) -> None:
+    """The payload a caller's enqueue publishes: ``h:<pk>:<owner>`` while a lease is held."""
+    holder = Runtime(db_url, workers=1, poll_interval=5.0)
+    holder.register(HeldHintCounter)
+    sender = Runtime(db_url, workers=0)
+    try:
+        holder.install()
+        holder.start()
+        assert holder.ref(HeldHintCounter, "held").add() == 1  # the holder claims it
+        payloads: list[str] = []
+        sender.store.publish = payloads.append  # after each commit, instead of NOTIFY
+        sender.ref(HeldHintCounter, "held").add.send()
+        sender.ref(HeldHintCounter, "free").add.send()
+        wait_until(lambda: len(payloads) == 2, STEP, "both enqueues to publish")
+        with holder.store.read() as tx:
+            pk = tx.scalar(
+                "SELECT pk FROM {actors} WHERE actor_type = :t AND actor_id = :i",
+                {"t": "HeldHintCounter", "i": "held"},
+            )
+        assert payloads == [held_hint(int(pk), holder.owner), "w"]
+    finally:
+        sender.close()
+        holder.close()
+
+
+def test_a_held_hint_wakes_only_the_owner_and_runs_its_turn(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner's worker reads the mailbox at once; another process's poller sleeps on."""
+    owner = Runtime(db_url, workers=1, poll_interval=30.0)
+    other = Runtime(db_url, workers=1, poll_interval=30.0)
+    for rt in (owner, other):
+        rt.register(HeldHintCounter)
+    try:
+        owner.install()
+        owner.start()
+        assert owner.ref(HeldHintCounter, "signalled").add() == 1  # the owner holds it
+        other.start()
+        for rt in (owner, other):  # a (re)connecting listener wakes its poller once
+            if rt._listener is not None:
+                wait_until(rt._listener.listening.is_set, STEP, "the listener")
+        woken = {"owner": 0, "other": 0}
+        monkeypatch.setattr(owner._pool.poller, "wake", lambda: woken.__setitem__("owner", 1))
+        monkeypatch.setattr(other._pool.poller, "wake", lambda: woken.__setitem__("other", 1))
+        # A message neither routed itself (as if another process sent it); on PostgreSQL
+        # its NOTIFY reaches both listeners as well.
+        sender = Runtime(db_url, workers=0)
+        try:
+            sender.ref(HeldHintCounter, "signalled").add.send()
+        finally:
+            sender.close()
+        with owner.store.read() as tx:
+            pk = tx.scalar(
+                "SELECT pk FROM {actors} WHERE actor_type = :t AND actor_id = :i",
+                {"t": "HeldHintCounter", "i": "signalled"},
+            )
+        payload = held_hint(int(pk), owner.owner)
+        other._on_notification(payload)
+        owner._on_notification(payload)
+        # The owner's worker runs it: no poller (30 s) and no wake-up of one needed.
+        wait_until(
+            lambda: owner.ref(HeldHintCounter, "signalled").snapshot()["n"] == 2,
+            STEP,
+            "the owner's worker to run the hinted message",
+        )
+        assert woken == {"owner": 0, "other": 0}
+    finally:
+        other.close()
+        owner.close()
+
+
+def reads_while_held(rt: Runtime, cluster: Cluster, actor_id: str) -> tuple[int, float]:
+    """One call whose turn a worker process holds (a gate): row reads, seconds waited."""
+    reads = [0]
+    poll = rt._engine.poll_outcome
+
+    def counted(message_id: str) -> Any:
+        reads[0] += 1
+        return poll(message_id)
+
+    rt._engine.poll_outcome = counted  # type: ignore[method-assign]
+    log = rt.ref(AppendLog, actor_id)
+    assert log.append(item=0)["length"] == 1  # a worker process holds it from now on
+    reads[0] = 0
+    cluster.gate.touch()
+    done: dict[str, Any] = {}
+
+    def call() -> None:
+        start = time.monotonic()
+        done["result"] = log.append(item=1, gate=str(cluster.gate), journal=str(cluster.journal))
+        done["waited"] = time.monotonic() - start
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    cluster.first_start(actor_id, 1)
+    time.sleep(0.6)  # the caller waits meanwhile; without wake-ups it would poll ~15 times
+    cluster.gate.unlink()
+    thread.join(STEP)
+    assert done["result"]["length"] == 2
+    return reads[0], done["waited"]
+
+
+def assert_few_reads(reads: int, waited: float) -> None:
+    # The safety net reads every 0.25 s, the nudge once more (and a read of a nudge
+    # that raced the safety net); a 2-50 ms backoff would read 15+ times in 0.6 s.
+    assert reads <= waited / 0.25 + 3, (reads, waited)
+
+
+def test_a_caller_told_through_redis_reads_the_row_when_told(
+    cluster: Cluster, redis_server: RedisServer
+) -> None:
+    rt, wakeup = caller(cluster, redis_server.url)
+    cluster.start_workers(1, workers=2, poll_interval=0.1, wakeup_url=redis_server.url)
+    wait_until(wakeup.listening.is_set, STEP, "the caller to subscribe")
+    reads, waited = reads_while_held(rt, cluster, "told-redis")
+    assert_few_reads(reads, waited)
+
+
+def test_a_caller_told_through_notify_reads_the_row_when_told(
+    cluster: Cluster, db_url: str
+) -> None:
+    if not db_url.startswith("postgresql"):
+        pytest.skip("NOTIFY is PostgreSQL's")
+    rt = cluster.caller()
+    rt.start()
+    assert rt._listener is not None
+    cluster.start_workers(1, workers=2, poll_interval=0.1)
+    wait_until(rt._listener.listening.is_set, STEP, "the caller to LISTEN")
+    reads, waited = reads_while_held(rt, cluster, "told-notify")
+    assert_few_reads(reads, waited)
+
+
+def test_a_caller_nobody_tells_still_polls(cluster: Cluster) -> None:
+    """No listener (SQLite/MariaDB without Redis): the row is read with the backoff."""
+    if cluster.url.startswith("postgresql"):
+        pytest.skip("PostgreSQL always listens")
+    rt = cluster.caller()
+    cluster.start_workers(1, workers=2, poll_interval=0.1)
+    reads, _ = reads_while_held(rt, cluster, "untold")
+    assert reads > 5  # 2, 4, 8 ... 50 ms while the gate holds the turn
