@@ -382,3 +382,19 @@ def test_the_async_runtime_with_async_context_and_policy(db_url: str) -> None:
                 assert ws.receive_json()["code"] == "unauthorized"
     finally:
         asyncio.run(rt.close())
+
+
+def test_an_operator_destroy_reaches_subscribers(rt: Runtime) -> None:
+    from solid_objects.admin import allow
+
+    rt.admin.set_policy(allow({"ops:*": "*"}))
+    rt.ref(LiveBoard, "ops-destroyed").add(n=1)
+    with TestClient(app_of(rt)) as client, connect(client) as ws:
+        ws.receive_json()
+        subscribe(ws, "s", "ops-destroyed")
+        snapshot = ws.receive_json()
+        assert rt.admin.as_principal("ops:alice").destroy_actor("LiveBoard", "ops-destroyed")
+        destroyed = ws.receive_json()
+    assert destroyed["type"] == "destroyed"
+    assert destroyed["incarnation"] == snapshot["incarnation"]
+    assert destroyed["revision"] > snapshot["revision"]
