@@ -6,9 +6,10 @@
   each returns its own position, each thread's calls keep their order; and the
   server did report serialization failures (the retries are logged), so the run
   proves something.
-- MariaDB: a real deadlock between an enqueue and another transaction, the enqueue
-  chosen as the victim (InnoDB rolls back the lighter one): ``send`` returns, and
-  the message exists once.
+- MariaDB (1213) and PostgreSQL (40P01): a real deadlock between an enqueue and
+  another transaction, the enqueue chosen as the victim: ``send`` returns, and the
+  message exists once.
+- an enqueue whose COMMIT committed but lost its answer is found by reading its row.
 """
 
 from __future__ import annotations
@@ -245,6 +246,76 @@ def test_a_mariadb_deadlock_victim_enqueue_runs_again(mysql_url: str, retries: R
     finally:
         side.dispose()
         rt.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_postgresql_deadlock_victim_enqueue_runs_again(
+    postgres_url: str, retries: RetryLog
+) -> None:
+    """40P01: the same cycle as on MariaDB; the other transaction's deadlock_timeout is
+    raised for its session only, so the enqueue's own check finds the cycle first."""
+    rt = Runtime(postgres_url, **{**FAST, "workers": 0})
+    rt.install()
+    side = sqlalchemy.create_engine(postgres_url, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        inbox = rt.ref(DeadlockInbox, "pg-victim")
+        inbox.bump.send()
+        with side.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE side_lock (id INT PRIMARY KEY)")
+            conn.exec_driver_sql("INSERT INTO side_lock VALUES (1)")
+            conn.exec_driver_sql(
+                "CREATE FUNCTION side_lock_touch() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN UPDATE side_lock SET id = id WHERE id = 1; RETURN NEW; END $$"
+            )
+            conn.exec_driver_sql(
+                "CREATE TRIGGER side_lock_on_enqueue AFTER INSERT ON solid_messages "
+                "FOR EACH ROW EXECUTE FUNCTION side_lock_touch()"
+            )
+        with side.connect() as conn:
+            conn.exec_driver_sql("SET deadlock_timeout = '60s'")
+            conn.exec_driver_sql("SET lock_timeout = '60s'")
+            conn.exec_driver_sql("UPDATE side_lock SET id = id WHERE id = 1")
+            outcome: list[Any] = []
+
+            def send() -> None:
+                try:
+                    outcome.append(inbox.bump.send())
+                except BaseException as exc:
+                    outcome.append(exc)
+
+            sender = threading.Thread(target=send)
+            sender.start()
+            waited = 0.0
+            while not _pg_waiting_for_lock(side):
+                assert waited < 60, "the enqueue never waited for side_lock"
+                time.sleep(0.05)
+                waited += 0.05
+            conn.exec_driver_sql(
+                "UPDATE solid_actors SET updated_at = updated_at WHERE actor_id = 'pg-victim'"
+            )
+            conn.commit()
+            sender.join(timeout=60)
+        assert len(outcome) == 1
+        assert not isinstance(outcome[0], BaseException), f"send raised {outcome[0]!r}"
+        assert retries.count >= 1, "the enqueue was not the deadlock victim"
+        assert count_rows(rt, "messages") == 2
+        with side.begin() as conn:
+            conn.exec_driver_sql("DROP TRIGGER side_lock_on_enqueue ON solid_messages")
+        rt.testing.drain()
+        assert inbox.snapshot() == {"n": 2}
+    finally:
+        side.dispose()
+        rt.close()
+
+
+def _pg_waiting_for_lock(engine: sqlalchemy.Engine) -> bool:
+    """Whether a session of this schema waits for a row lock (the trigger's UPDATE)."""
+    with engine.connect() as conn:
+        found = conn.exec_driver_sql(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE 'INSERT INTO solid_messages%%'"
+        ).scalar()
+    return bool(found)
 
 
 def _waiting_for_lock(engine: sqlalchemy.Engine) -> bool:
