@@ -91,6 +91,14 @@ def backoff(attempt: int) -> float:
     return random.uniform(0.0, min(_BACKOFF_CAP, _BACKOFF_BASE * 2**attempt))
 
 
+
+def _head_due(now_ms: int | None) -> str:
+    """The condition that an actor's head is due: by the database's clock, or also by a
+    test clock (``:ready_now``) when one is given; what is due now stays due."""
+    if now_ms is None:
+        return "ready_at <= {now}"
+    return "(ready_at <= {now} OR ready_at <= :ready_now)"
+
 class Store(
     BroadcastStatements,
     MailboxStatements,
@@ -357,11 +365,10 @@ class Store(
         names = ", ".join(f":t{i}" for i in range(len(types)))
         params: dict[str, Any] = {f"t{i}": t for i, t in enumerate(types)}
         params.update(owner=owner, limit=limit, ready_now=now_ms)
-        due = "{now}" if now_ms is None else ":ready_now"
         rows = tx.rows(
             "SELECT pk, CASE WHEN lease_expires_at <= {now} THEN NULL ELSE lease_owner END, "
             "lease_generation FROM {actors} "
-            f"WHERE ready_at <= {due} AND paused = 0 AND (lease_owner IS NULL "
+            f"WHERE {_head_due(now_ms)} AND paused = 0 AND (lease_owner IS NULL "
             "OR lease_expires_at <= {now} OR lease_owner = :owner) "
             f"AND {self.dialect.unindexed('actor_type')} IN ({names}) "
             "ORDER BY ready_at LIMIT :limit",
@@ -399,7 +406,7 @@ class Store(
             "lease_owner = :owner, lease_token = :token, "
             "lease_generation = :gen + 1, lease_expires_at = {now} + :lease_ms "
             "WHERE pk = :pk AND lease_generation = :gen "
-            f"AND ready_at <= {'{now}' if now_ms is None else ':ready_now'} "
+            f"AND {_head_due(now_ms)} "
             "AND paused = 0 AND (lease_owner IS NULL OR lease_expires_at <= {now})",
             {
                 "ready_now": now_ms,
