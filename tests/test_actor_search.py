@@ -105,7 +105,7 @@ def test_status_counts_actors_up_to_a_cap_and_the_rest_exactly(
 ) -> None:
     """The overview's ``status(actors_up_to=N)``: the actors of a type counted up to N
     (``actors_capped`` says there are more), queued/paused/leases as exact as without."""
-    rt = make_runtime(workers=0, retry_base_delay=3600)
+    rt = make_runtime(workers=0, retry_base_delay=3600, retry_max_delay=3600)
     rt.register(Probe)
     for i in range(5):
         rt.ref(Probe, f"p{i}").touch.send()

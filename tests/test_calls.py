@@ -224,7 +224,9 @@ def test_call_timeout_says_what_it_waits_on_and_keeps_the_message(
 ) -> None:
     caller = make_runtime(workers=0)
     with pytest.raises(CallTimeout) as info:
-        caller.ref(Counter, "t").with_options(timeout=0.2).add(n=1)
+        # Long enough for the enqueue to commit on a loaded machine (else the timeout
+        # rightly says the enqueue had not committed yet).
+        caller.ref(Counter, "t").with_options(timeout=2.0).add(n=1)
     assert "no worker" in info.value.waiting_on
     message = info.value.message
     assert message is not None

@@ -29,7 +29,8 @@ from tests.apps.admin_app import Account, build_runtime
 
 from .conftest import count_rows
 
-pytestmark = pytest.mark.slow
+# Dozens of CLI subprocesses each: more than the default 120 s on a loaded machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "tests.apps.admin_app:runtime"
