@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
-from solid_objects import Actor, Runtime
+from solid_objects import Actor, Rejected, Runtime
 from solid_objects.store.mailbox import held_hint, parse_held_hint
+from solid_objects.store.turns import done_payload, parse_outcome
 from tests.apps.procapp import AppendLog
 from tests.test_processes import STEP, Cluster, wait_until
 from tests.test_redis_wakeup import RedisServer, caller
@@ -205,3 +206,70 @@ def test_a_caller_nobody_tells_still_polls(cluster: Cluster) -> None:
     cluster.start_workers(1, workers=2, poll_interval=0.1)
     reads, _ = reads_while_held(rt, cluster, "untold")
     assert reads > 5  # 2, 4, 8 ... 50 ms while the gate holds the turn
+
+
+# --- outcomes carried by NOTIFY (PostgreSQL) ---------------------------------------------
+
+
+class OutcomeCarrier(Actor):
+    n: int = 0
+
+    def add(self, n: int = 1, pad: int = 0) -> dict[str, Any]:
+        if n < 0:
+            raise Rejected("negative", "n must not be negative", {"n": n})
+        self.n += n
+        return {"n": self.n, "pad": "x" * pad}
+
+
+def test_done_payload_carries_a_small_outcome_and_names_a_large_one() -> None:
+    small = done_payload("m1", "completed", '{"n":1}', None)
+    assert parse_outcome(small) == ("m1", "completed", '{"n":1}', None)
+    assert done_payload("m2", "completed", '"' + "x" * 8000 + '"', None) == "d:m2"
+    for other in ("w", "d:m1", "o:", "o:[1,2]", 'o:["a","b",3,null]', "o:{"):
+        assert parse_outcome(other) is None
+
+
+def test_a_caller_in_another_runtime_settles_on_the_notified_outcome(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: the worker's NOTIFY carries the outcome; the caller reads no row.
+
+    A result too large for a NOTIFY payload is announced by id and read, as before.
+    """
+    if not db_url.startswith("postgresql"):
+        pytest.skip("outcomes travel in PostgreSQL's NOTIFY only")
+    worker = Runtime(db_url, workers=2)
+    worker.register(OutcomeCarrier)
+    caller_rt = Runtime(db_url, workers=0, call_timeout=STEP)
+    try:
+        worker.install()
+        worker.start()
+        caller_rt.start()
+        assert caller_rt._listener is not None
+        wait_until(caller_rt._listener.listening.is_set, STEP, "the caller to LISTEN")
+        reads, resolved = [0], [0]
+        poll, resolve = caller_rt._engine.poll_outcome, caller_rt._waiters.resolve
+
+        def counted_poll(message_id: str) -> Any:
+            reads[0] += 1
+            return poll(message_id)
+
+        def counted_resolve(message_id: str, outcome: Any) -> None:
+            resolved[0] += 1
+            resolve(message_id, outcome)
+
+        monkeypatch.setattr(caller_rt._engine, "poll_outcome", counted_poll)
+        monkeypatch.setattr(caller_rt._waiters, "resolve", counted_resolve)
+        ref = caller_rt.ref(OutcomeCarrier, "carried")
+        assert [ref.add(n=1)["n"] for _ in range(10)] == list(range(1, 11))
+        with pytest.raises(Rejected) as info:
+            ref.add(n=-1)
+        assert (info.value.code, info.value.details) == ("negative", {"n": -1})
+        assert resolved[0] == 11  # every outcome came with its notification
+        reads[0], started = 0, time.monotonic()
+        assert ref.add(n=1, pad=9000)["pad"] == "x" * 9000  # too large: d:<id>, then a read
+        assert resolved[0] == 11
+        assert 1 <= reads[0] <= (time.monotonic() - started) / 0.25 + 3
+    finally:
+        caller_rt.close()
+        worker.close()

@@ -33,7 +33,7 @@ from .catalogue import CATALOGUE
 from .database import library_engine
 from .definition import Operation
 from .engine.client import Client
-from .engine.waiters import Waiters
+from .engine.waiters import Outcome, Waiters
 from .engine.wakeup import listener_for
 from .engine.worker import WorkerPool
 from .errors import ApplicationWriteForbidden, ConfigurationError
@@ -44,6 +44,7 @@ from .store import Store
 from .store.broadcasts import parse_hint
 from .store.mailbox import parse_held_hint
 from .store.store import new_owner
+from .store.turns import parse_outcome
 from .testing import AsyncTesting, Testing
 
 if TYPE_CHECKING:
@@ -260,6 +261,10 @@ class Runtime:
     def _on_notification(self, payload: str) -> None:
         if payload.startswith("d:"):
             self._waiters.nudge(payload[2:])
+        elif (finished := parse_outcome(payload)) is not None:
+            # Another process committed this outcome: a caller waiting here settles on it.
+            message_id, status, result, error = finished
+            self._waiters.resolve(message_id, Outcome(status, result, error))
         elif payload.startswith("b:"):  # a broadcast committed: realtime endpoints read it
             identity = parse_hint(payload)
             if identity is not None:

@@ -9,6 +9,7 @@ changed: a worker whose lease was taken over can never commit.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -20,6 +21,40 @@ from ..staging import Staged
 from .dialect import Dialect, Tx
 from .rows import Committed, Lease, MessageRow, new_id
 
+#: Longest ``o:`` payload (PostgreSQL refuses a NOTIFY payload of 8,000 bytes or more).
+_MAX_OUTCOME_PAYLOAD = 7900
+
+
+def done_payload(message_id: str, status: str, result: str | None, error: str | None) -> str:
+    """What a finished message announces through NOTIFY: its outcome, when it fits.
+
+    ``o:`` carries what the waiter would read from the row (status, result and error
+    JSON), so a caller in another process settles without a statement; a larger one
+    announces ``d:<id>`` and the waiter reads the row. Sent inside the committing
+    transaction, it is delivered only once the outcome is durable.
+    """
+    payload = "o:" + json.dumps([message_id, status, result, error], separators=(",", ":"))
+    return payload if len(payload) <= _MAX_OUTCOME_PAYLOAD else f"d:{message_id}"
+
+
+def parse_outcome(payload: str) -> tuple[str, str, str | None, str | None] | None:
+    """``(id, status, result, error)`` of a :func:`done_payload` ``o:``, else None."""
+    if not payload.startswith("o:"):
+        return None
+    try:
+        fields = json.loads(payload[2:])
+    except ValueError:
+        return None
+    if (
+        not isinstance(fields, list)
+        or len(fields) != 4
+        or not all(isinstance(f, str) for f in fields[:2])
+        or not all(f is None or isinstance(f, str) for f in fields[2:])
+    ):
+        return None
+    message_id, status, result, error = fields
+    return message_id, status, result, error
+
 
 class TurnStatements:
     """Mixin: needs ``dialect``, ``notify``, ``head_message``, ``write_staged`` and
@@ -27,6 +62,7 @@ class TurnStatements:
 
     dialect: Dialect
     notify: Callable[[Tx, str], None]
+    publish: Callable[[str], None] | None
     head_message: Callable[[Tx, int, int], MessageRow | None]
     write_staged: Callable[..., list[MessageRow]]
     _retrying: Callable[
@@ -124,7 +160,13 @@ class TurnStatements:
             else []
         )
         if notify_done:
-            self.notify(tx, f"d:{message.id}")
+            # Through a broker outside the database (Redis) only the id travels.
+            self.notify(
+                tx,
+                f"d:{message.id}"
+                if self.publish is not None
+                else done_payload(message.id, status, result, error),
+            )
         head = self.head_message(tx, lease.pk, message.seq + 1) if read_next else None
         due_now = [
             (m.id, m.actor_pk)
