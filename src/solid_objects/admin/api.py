@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from ..codec import check_identifier
 from ..errors import InvalidArguments, NotFound, OperationRefused
-from ..store.admin import RetryOutcome, TypeCounts
 from ..store.admin_activity import LATENCY_SAMPLE
+from ..store.admin_rows import RetryOutcome, TypeCounts
 from ..store.store import new_id
 from .base import (
     _BATCH,
@@ -49,7 +49,7 @@ from .views import (
 
 if TYPE_CHECKING:
     from ..store import Tx
-    from ..store.admin import ActorRow
+    from ..store.admin_rows import ActorRow
 
 
 #: Counting further than this is what ``actors_up_to`` avoids.

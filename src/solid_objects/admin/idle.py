@@ -19,7 +19,7 @@ from .views import ActorSummary, ExpiryReport, Page, _time
 
 if TYPE_CHECKING:
     from ..store import Tx
-    from ..store.admin import ActorRow
+    from ..store.admin_rows import ActorRow
     from .api import Administration
     from .views import ActorDetail, ActorPause
 

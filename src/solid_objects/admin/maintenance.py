@@ -41,7 +41,7 @@ from .views import (
 if TYPE_CHECKING:
     from ..runtime import Runtime
     from ..store import Tx
-    from ..store.admin import ActorRow
+    from ..store.admin_rows import ActorRow
     from ..store.processes import ProcessRow
 
 PRUNE_KINDS: tuple[PruneKind, ...] = get_args(PruneKind)

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-from ..store.admin import (
+from ..store.admin_activity import ActorMessageRow
+from ..store.admin_rows import (
     AuditRow,
     DeadLetterRow,
     EffectAdminRow,
@@ -17,7 +18,6 @@ from ..store.admin import (
     ReminderAdminRow,
     TypeCounts,
 )
-from ..store.admin_activity import ActorMessageRow
 
 T = TypeVar("T")
 

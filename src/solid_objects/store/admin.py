@@ -23,13 +23,36 @@ that is an error (and raises inside the transaction body to roll back a batch).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import BigInteger, Column, Index, MetaData, String, Table, Text, text
 
 from .admin_activity import ActivityStatements
+from .admin_rows import (
+    ACTOR_COLS,
+    AUDIT_COLS,
+    DEAD_COLS,
+    EFFECT_COLS,
+    MAILBOX_COLS,
+    REMINDER_COLS,
+    ActorRow,
+    AuditRow,
+    DeadLetterRow,
+    DiscardOutcome,
+    EffectAdminRow,
+    EffectRetryOutcome,
+    MailboxRow,
+    ReminderAdminRow,
+    RetryOutcome,
+    TypeCounts,
+    read_actor,
+    read_audit,
+    read_dead_letter,
+    read_effect,
+    read_mailbox,
+    read_reminder,
+)
 from .dialect import Dialect, Tx
 
 if TYPE_CHECKING:
@@ -107,185 +130,6 @@ def migrate_admin_tables(conn: Connection, md: MetaData) -> None:
             index.create(conn, checkfirst=True)
 
 
-# --- rows -------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class DeadLetterRow:
-    id: str
-    actor_pk: int
-    actor_type: str
-    actor_id: str
-    seq: int | None
-    operation: str
-    arguments: str
-    idempotency_key: str | None
-    attempts: int
-    error: str | None
-    created_at: int
-    completed_at: int | None
-    resolution: str | None
-    retry_message_id: str | None
-    resolved_by: str | None
-    resolved_at: int | None
-    reason: str | None
-
-
-@dataclass(slots=True)
-class ActorRow:
-    pk: int
-    actor_type: str
-    actor_id: str
-    state: str | None
-    state_version: int
-    next_seq: int
-    done_seq: int
-    attempt: int
-    ready_at: int | None
-    lease_owner: str | None
-    lease_generation: int
-    lease_expires_at: int | None
-    paused: bool
-    created_at: int
-    updated_at: int
-
-
-@dataclass(slots=True)
-class MailboxRow:
-    id: str
-    seq: int | None
-    operation: str
-    arguments: str
-    idempotency_key: str | None
-    status: str
-    attempts: int
-    error: str | None
-    available_at: int
-    created_at: int
-
-
-@dataclass(slots=True)
-class EffectAdminRow:
-    id: str
-    actor_pk: int
-    actor_type: str
-    actor_id: str
-    source_message_id: str
-    name: str
-    arguments: str
-    status: str
-    attempts: int
-    available_at: int
-    claimed_by: str | None
-    error: str | None
-    created_at: int
-    completed_at: int | None
-
-
-@dataclass(slots=True)
-class ReminderAdminRow:
-    operation: str
-    key: str
-    arguments: str
-    due_at: int
-    every_ms: int | None
-    missed: str
-    version: int
-    paused: bool
-    actor_pk: int
-    actor_type: str
-    actor_id: str
-
-
-@dataclass(slots=True)
-class TypeCounts:
-    actor_type: str
-    actors: int = 0
-    queued: int = 0
-    scheduled: int = 0
-    retrying: int = 0
-    paused: int = 0
-    leases_held: int = 0
-    leases_expired: int = 0
-    dead_letters: int = 0
-    effects_pending: int = 0
-    effects_running: int = 0
-    effects_dead: int = 0
-    reminders: int = 0
-    #: True when there are more actors of the type than ``actors`` (a capped count).
-    actors_capped: bool = False
-
-
-@dataclass(slots=True)
-class AuditRow:
-    id: str
-    at: int
-    principal: str
-    action: str
-    target_kind: str
-    target_id: str
-    actor_type: str | None
-    actor_id: str | None
-    detail: str | None
-
-
-RetryKind = Literal["retried", "already_retried", "missing", "not_dead", "discarded", "actor_gone"]
-DiscardKind = Literal["discarded", "already_discarded", "missing", "not_dead", "retried"]
-EffectRetryKind = Literal["retried", "not_dead", "missing"]
-
-
-@dataclass(slots=True)
-class RetryOutcome:
-    kind: RetryKind
-    message_id: str
-    retry_message_id: str | None = None
-    status: str | None = None
-    enqueued: Enqueued | None = None
-
-
-@dataclass(slots=True)
-class DiscardOutcome:
-    kind: DiscardKind
-    message_id: str
-    retry_message_id: str | None = None
-    status: str | None = None
-
-
-@dataclass(slots=True)
-class EffectRetryOutcome:
-    kind: EffectRetryKind
-    effect_id: str
-    status: str | None = None
-
-
-_DEAD_COLS = (
-    "m.id, m.actor_pk, m.actor_type, m.actor_id, m.seq, m.operation, m.arguments, "
-    "m.idempotency_key, m.attempts, m.error, m.created_at, m.completed_at, "
-    "r.resolution, r.retry_message_id, r.principal, r.resolved_at, r.reason"
-)
-_ACTOR_COLS = (
-    "pk, actor_type, actor_id, state, state_version, next_seq, done_seq, attempt, ready_at, "
-    "lease_owner, lease_generation, lease_expires_at, paused, created_at, updated_at"
-)
-_MAILBOX_COLS = (
-    "id, seq, operation, arguments, idempotency_key, status, attempts, error, available_at, "
-    "created_at"
-)
-_EFFECT_COLS = (
-    "id, actor_pk, actor_type, actor_id, source_message_id, name, arguments, status, attempts, "
-    "available_at, claimed_by, error, created_at, completed_at"
-)
-REMINDER_COLS = (
-    "operation, rkey, arguments, due_at, every_ms, missed, version, paused, actor_pk, "
-    "actor_type, actor_id"
-)
-_AUDIT_COLS = "id, at, principal, action, target_kind, target_id, actor_type, actor_id, detail"
-
-
-def _int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
 def prefix_upper_bound(prefix: str) -> str | None:
     """The least string above every string that starts with ``prefix`` (code point
     order), or None when there is none (the prefix is all U+10FFFF).
@@ -302,102 +146,6 @@ def prefix_upper_bound(prefix: str) -> str | None:
                 nxt = 0xE000
             return "".join(chars) + chr(nxt)
     return None
-
-
-def reminder_row(r: Sequence[Any]) -> ReminderAdminRow:
-    return ReminderAdminRow(
-        r[0], r[1], r[2], int(r[3]), _int(r[4]), r[5], int(r[6]), bool(r[7]), int(r[8]), r[9], r[10]
-    )
-
-
-def _dead_letter(r: Sequence[Any]) -> DeadLetterRow:
-    return DeadLetterRow(
-        id=r[0],
-        actor_pk=int(r[1]),
-        actor_type=r[2],
-        actor_id=r[3],
-        seq=_int(r[4]),
-        operation=r[5],
-        arguments=r[6],
-        idempotency_key=r[7],
-        attempts=int(r[8]),
-        error=r[9],
-        created_at=int(r[10]),
-        completed_at=_int(r[11]),
-        resolution=r[12],
-        retry_message_id=r[13],
-        resolved_by=r[14],
-        resolved_at=_int(r[15]),
-        reason=r[16],
-    )
-
-
-def _actor(r: Sequence[Any]) -> ActorRow:
-    return ActorRow(
-        pk=int(r[0]),
-        actor_type=r[1],
-        actor_id=r[2],
-        state=r[3],
-        state_version=int(r[4]),
-        next_seq=int(r[5]),
-        done_seq=int(r[6]),
-        attempt=int(r[7]),
-        ready_at=_int(r[8]),
-        lease_owner=r[9],
-        lease_generation=int(r[10]),
-        lease_expires_at=_int(r[11]),
-        paused=bool(r[12]),
-        created_at=int(r[13]),
-        updated_at=int(r[14]),
-    )
-
-
-def _mailbox(r: Sequence[Any]) -> MailboxRow:
-    return MailboxRow(
-        id=r[0],
-        seq=_int(r[1]),
-        operation=r[2],
-        arguments=r[3],
-        idempotency_key=r[4],
-        status=r[5],
-        attempts=int(r[6]),
-        error=r[7],
-        available_at=int(r[8]),
-        created_at=int(r[9]),
-    )
-
-
-def _effect(r: Sequence[Any]) -> EffectAdminRow:
-    return EffectAdminRow(
-        id=r[0],
-        actor_pk=int(r[1]),
-        actor_type=r[2],
-        actor_id=r[3],
-        source_message_id=r[4],
-        name=r[5],
-        arguments=r[6],
-        status=r[7],
-        attempts=int(r[8]),
-        available_at=int(r[9]),
-        claimed_by=r[10],
-        error=r[11],
-        created_at=int(r[12]),
-        completed_at=_int(r[13]),
-    )
-
-
-def _audit(r: Sequence[Any]) -> AuditRow:
-    return AuditRow(
-        id=r[0],
-        at=int(r[1]),
-        principal=r[2],
-        action=r[3],
-        target_kind=r[4],
-        target_id=r[5],
-        actor_type=r[6],
-        actor_id=r[7],
-        detail=r[8],
-    )
 
 
 class AdminStatements(ActivityStatements):
@@ -461,27 +209,27 @@ class AdminStatements(ActivityStatements):
             params.update(at=after[0], after_id=after[1])
         rows = tx.rows(
             self._admin(
-                f"SELECT {_DEAD_COLS} FROM {{messages}} m "
+                f"SELECT {DEAD_COLS} FROM {{messages}} m "
                 "LEFT JOIN {resolutions} r ON r.message_id = m.id "
                 f"WHERE {' AND '.join(where)} "
                 "ORDER BY m.completed_at DESC, m.id DESC LIMIT :limit"
             ),
             params,
         )
-        return [_dead_letter(r) for r in rows]
+        return [read_dead_letter(r) for r in rows]
 
     def dead_letter(self, tx: Tx, message_id: str) -> tuple[DeadLetterRow | None, str | None]:
         """The message with its resolution, and its status (None, None when missing)."""
         row = tx.row(
             self._admin(
-                f"SELECT {_DEAD_COLS}, m.status FROM {{messages}} m "
+                f"SELECT {DEAD_COLS}, m.status FROM {{messages}} m "
                 "LEFT JOIN {resolutions} r ON r.message_id = m.id WHERE m.id = :id"
             ),
             {"id": message_id},
         )
         if row is None:
             return None, None
-        return _dead_letter(row), str(row[17])
+        return read_dead_letter(row), str(row[17])
 
     def retry_dead_letter(
         self,
@@ -643,9 +391,9 @@ class AdminStatements(ActivityStatements):
         if after is not None:
             where += " AND actor_id > :after"
         return [
-            _actor(r)
+            read_actor(r)
             for r in tx.rows(
-                f"SELECT {_ACTOR_COLS} FROM {{actors}} WHERE {where} "
+                f"SELECT {ACTOR_COLS} FROM {{actors}} WHERE {where} "
                 "ORDER BY actor_id LIMIT :limit",
                 params,
             )
@@ -653,17 +401,17 @@ class AdminStatements(ActivityStatements):
 
     def actor_row(self, tx: Tx, actor_type: str, actor_id: str) -> ActorRow | None:
         row = tx.row(
-            f"SELECT {_ACTOR_COLS} FROM {{actors}} WHERE actor_type = :t AND actor_id = :i",
+            f"SELECT {ACTOR_COLS} FROM {{actors}} WHERE actor_type = :t AND actor_id = :i",
             {"t": actor_type, "i": actor_id},
         )
-        return None if row is None else _actor(row)
+        return None if row is None else read_actor(row)
 
     def mailbox(self, tx: Tx, actor: ActorRow, limit: int) -> list[MailboxRow]:
         """The queued messages (head first), up to ``limit``."""
         return [
-            _mailbox(r)
+            read_mailbox(r)
             for r in tx.rows(
-                f"SELECT {_MAILBOX_COLS} FROM {{messages}} WHERE actor_pk = :pk "
+                f"SELECT {MAILBOX_COLS} FROM {{messages}} WHERE actor_pk = :pk "
                 "AND seq > :done AND seq < :next ORDER BY seq LIMIT :limit",
                 {"pk": actor.pk, "done": actor.done_seq, "next": actor.next_seq, "limit": limit},
             )
@@ -672,9 +420,9 @@ class AdminStatements(ActivityStatements):
     def scheduled_of(self, tx: Tx, actor_pk: int, limit: int) -> list[MailboxRow]:
         """Delayed messages not yet in the ordered mailbox, in the order they will enter it."""
         return [
-            _mailbox(r)
+            read_mailbox(r)
             for r in tx.rows(
-                f"SELECT {_MAILBOX_COLS} FROM {{messages}} WHERE status = 'scheduled' "
+                f"SELECT {MAILBOX_COLS} FROM {{messages}} WHERE status = 'scheduled' "
                 "AND actor_pk = :pk ORDER BY available_at, send_order, id LIMIT :limit",
                 {"pk": actor_pk, "limit": limit},
             )
@@ -683,9 +431,9 @@ class AdminStatements(ActivityStatements):
     def unfinished_effects_of(self, tx: Tx, actor_pk: int, limit: int) -> list[EffectAdminRow]:
         """Pending, running and dead effects of one incarnation, oldest first."""
         return [
-            _effect(r)
+            read_effect(r)
             for r in tx.rows(
-                f"SELECT {_EFFECT_COLS} FROM {{effects}} "
+                f"SELECT {EFFECT_COLS} FROM {{effects}} "
                 "WHERE status IN ('pending', 'running', 'dead') AND actor_pk = :pk "
                 "ORDER BY id LIMIT :limit",
                 {"pk": actor_pk, "limit": limit},
@@ -694,7 +442,7 @@ class AdminStatements(ActivityStatements):
 
     def reminders_of(self, tx: Tx, actor_pk: int, limit: int) -> list[ReminderAdminRow]:
         return [
-            reminder_row(r)
+            read_reminder(r)
             for r in tx.rows(
                 f"SELECT {REMINDER_COLS} FROM {{reminders}} WHERE actor_pk = :pk "
                 "ORDER BY due_at LIMIT :limit",
@@ -740,17 +488,17 @@ class AdminStatements(ActivityStatements):
             where.append(f"({order} < :at OR ({order} = :at AND id < :after_id))")
             params.update(at=after[0], after_id=after[1])
         return [
-            _effect(r)
+            read_effect(r)
             for r in tx.rows(
-                f"SELECT {_EFFECT_COLS} FROM {{effects}} WHERE {' AND '.join(where)} "
+                f"SELECT {EFFECT_COLS} FROM {{effects}} WHERE {' AND '.join(where)} "
                 f"ORDER BY {order} DESC, id DESC LIMIT :limit",
                 params,
             )
         ]
 
     def effect(self, tx: Tx, effect_id: str) -> EffectAdminRow | None:
-        row = tx.row(f"SELECT {_EFFECT_COLS} FROM {{effects}} WHERE id = :id", {"id": effect_id})
-        return None if row is None else _effect(row)
+        row = tx.row(f"SELECT {EFFECT_COLS} FROM {{effects}} WHERE id = :id", {"id": effect_id})
+        return None if row is None else read_effect(row)
 
     def retry_effect(
         self, tx: Tx, effect_id: str, *, principal: str, reason: str | None, audit_id: str
@@ -944,10 +692,10 @@ class AdminStatements(ActivityStatements):
         if after is not None:
             where.append("id < :after")
         return [
-            _audit(r)
+            read_audit(r)
             for r in tx.rows(
                 self._admin(
-                    f"SELECT {_AUDIT_COLS} FROM {{audit}} WHERE {' AND '.join(where)} "
+                    f"SELECT {AUDIT_COLS} FROM {{audit}} WHERE {' AND '.join(where)} "
                     "ORDER BY id DESC LIMIT :limit"
                 ),
                 {"target": target_id, "principal": principal, "after": after, "limit": limit},

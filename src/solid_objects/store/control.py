@@ -19,7 +19,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from .admin import _ACTOR_COLS, REMINDER_COLS, ActorRow, ReminderAdminRow, _actor, reminder_row
+from .admin_rows import (
+    ACTOR_COLS,
+    REMINDER_COLS,
+    ActorRow,
+    ReminderAdminRow,
+    read_actor,
+    read_reminder,
+)
 from .dialect import Tx
 
 ReminderChange = Literal["pause", "resume", "cancel", "run_now"]
@@ -78,7 +85,7 @@ class ControlStatements:
             )
             params.update(a_due=after[0], a_pk=after[1], a_op=after[2], a_key=after[3])
         return [
-            reminder_row(r)
+            read_reminder(r)
             for r in tx.rows(
                 f"SELECT {REMINDER_COLS} FROM {{reminders}} WHERE {' AND '.join(where)} "
                 "ORDER BY due_at, actor_pk, operation, rkey LIMIT :limit",
@@ -94,7 +101,7 @@ class ControlStatements:
             "AND operation = :op AND rkey = :key{for_update}",
             {"t": actor_type, "i": actor_id, "op": operation, "key": key},
         )
-        return None if row is None else reminder_row(row)
+        return None if row is None else read_reminder(row)
 
     def change_reminder(self, tx: Tx, row: ReminderAdminRow, change: ReminderChange) -> bool:
         """Apply one operator change to the reminder as read; False if it moved meanwhile."""
@@ -130,9 +137,9 @@ class ControlStatements:
             where.append("(actor_type > :a_t OR (actor_type = :a_t AND actor_id > :a_i))")
             params.update(a_t=after[0], a_i=after[1])
         return [
-            _actor(r)
+            read_actor(r)
             for r in tx.rows(
-                f"SELECT {_ACTOR_COLS} FROM {{actors}} WHERE {' AND '.join(where)} "
+                f"SELECT {ACTOR_COLS} FROM {{actors}} WHERE {' AND '.join(where)} "
                 "ORDER BY actor_type, actor_id LIMIT :limit",
                 params,
             )
@@ -143,9 +150,9 @@ class ControlStatements:
         params: dict[str, Any] = {f"i{n}": i for n, i in enumerate(actor_ids)}
         params["t"] = actor_type
         return [
-            _actor(r)
+            read_actor(r)
             for r in tx.rows(
-                f"SELECT {_ACTOR_COLS} FROM {{actors}} WHERE actor_type = :t "
+                f"SELECT {ACTOR_COLS} FROM {{actors}} WHERE actor_type = :t "
                 f"AND actor_id IN ({placeholders})",
                 params,
             )

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import schema
-from .admin import _ACTOR_COLS, ActorRow, _actor
+from .admin_rows import ACTOR_COLS, ActorRow, read_actor
 from .dialect import Tx
 
 #: Nothing waits for the actor ``a``, and it was not touched since ``:cutoff``.
@@ -38,7 +38,7 @@ EXPIRABLE = (
     "AND d.status = 'dead' AND NOT EXISTS "
     "(SELECT 1 FROM {resolutions} x WHERE x.message_id = d.id))"
 )
-_COLS = ", ".join(f"a.{c.strip()}" for c in _ACTOR_COLS.split(","))
+_COLS = ", ".join(f"a.{c.strip()}" for c in ACTOR_COLS.split(","))
 
 
 class IdleStatements:
@@ -68,7 +68,7 @@ class IdleStatements:
             where.append("(a.actor_type > :a_t OR (a.actor_type = :a_t AND a.actor_id > :a_i))")
             params.update(a_t=after[0], a_i=after[1])
         return [
-            _actor(r)
+            read_actor(r)
             for r in tx.rows(
                 f"SELECT {_COLS} FROM {{actors}} a WHERE {' AND '.join(where)} "
                 "ORDER BY a.actor_type, a.actor_id LIMIT :limit",
@@ -81,9 +81,9 @@ class IdleStatements:
     ) -> list[ActorRow]:
         """The next ``limit`` actors of a type by id (a scan of the identity index)."""
         return [
-            _actor(r)
+            read_actor(r)
             for r in tx.rows(
-                f"SELECT {_ACTOR_COLS} FROM {{actors}} WHERE actor_type = :t"
+                f"SELECT {ACTOR_COLS} FROM {{actors}} WHERE actor_type = :t"
                 + ("" if after is None else " AND actor_id > :after")
                 + " ORDER BY actor_id LIMIT :limit",
                 {"t": actor_type, "after": after, "limit": limit},
