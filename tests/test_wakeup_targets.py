@@ -273,3 +273,46 @@ def test_a_caller_in_another_runtime_settles_on_the_notified_outcome(
     finally:
         caller_rt.close()
         worker.close()
+
+
+def test_a_commit_that_empties_the_mailbox_reads_no_next_head(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fence ``UPDATE … RETURNING next_seq`` says nothing follows: no head read.
+
+    Messages sent from another runtime reach the worker's activation with no local
+    inbox, so before, every commit read the (empty) next head. MySQL/MariaDB have no
+    ``UPDATE … RETURNING`` and still read it.
+    """
+    worker = Runtime(db_url, workers=1, poll_interval=0.05)
+    worker.register(OutcomeCarrier)
+    sender = Runtime(db_url, workers=0, call_timeout=STEP)
+    try:
+        worker.install()
+        worker.start()
+        if not worker.store.dialect.update_returning:
+            pytest.skip("no UPDATE … RETURNING on this database")
+        assert worker.ref(OutcomeCarrier, "emptied").add()["n"] == 1
+        inside, reads = threading.local(), [0, 0]  # in finish_turn / elsewhere
+        finish, head = worker.store.finish_turn, worker.store.head_message
+
+        def counted_finish(*args: Any, **kwargs: Any) -> Any:
+            inside.on = True
+            try:
+                return finish(*args, **kwargs)
+            finally:
+                inside.on = False
+
+        def counted_head(*args: Any, **kwargs: Any) -> Any:
+            reads[0 if getattr(inside, "on", False) else 1] += 1
+            return head(*args, **kwargs)
+
+        monkeypatch.setattr(worker.store, "finish_turn", counted_finish)
+        monkeypatch.setattr(worker.store, "head_message", counted_head)
+        ref = sender.ref(OutcomeCarrier, "emptied")
+        assert [ref.add.send().wait(STEP)["n"] for _ in range(5)] == [2, 3, 4, 5, 6]
+        assert reads[0] == 0, reads  # the commits read no next head...
+        assert reads[1] >= 5, reads  # ...the worker read each message when told of it
+    finally:
+        sender.close()
+        worker.close()

@@ -119,12 +119,19 @@ class TurnStatements:
         fenced on the mailbox being empty, and the message row is inserted finished.
         """
         assert message.seq is not None
-        changed = tx.run(
-            self._finish_update(write_state=state is not None, direct=direct),
-            self._fence_params(
-                lease, message.seq, state=state, sv=state_version, lease_ms=lease_ms
-            ),
+        sql = self._finish_update(write_state=state is not None, direct=direct)
+        params = self._fence_params(
+            lease, message.seq, state=state, sv=state_version, lease_ms=lease_ms
         )
+        more = True  # whether the mailbox holds a message after this one
+        if read_next and self.dialect.update_returning:
+            # The locked row says whether anything follows: an empty mailbox (the usual
+            # case for a message sent from another process) needs no read of the next head.
+            row = tx.row(sql + " RETURNING next_seq", params)
+            changed = 0 if row is None else 1
+            more = row is not None and int(row[0]) > message.seq + 1
+        else:
+            changed = tx.run(sql, params)
         if changed != 1:
             raise LeaseLost(
                 f"lease on {message.actor_type} {message.actor_id!r} was lost before the commit "
@@ -167,7 +174,7 @@ class TurnStatements:
                 if self.publish is not None
                 else done_payload(message.id, status, result, error),
             )
-        head = self.head_message(tx, lease.pk, message.seq + 1) if read_next else None
+        head = self.head_message(tx, lease.pk, message.seq + 1) if read_next and more else None
         due_now = [
             (m.id, m.actor_pk)
             for m, sent in zip(outbound, staged.messages if staged else [], strict=True)
