@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, create_engine, select
+from sqlalchemy import (
+    Column,
+    Engine,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    create_engine,
+    event,
+    select,
+)
 from sqlalchemy.orm import Session
 
 from solid_objects import Actor, AsyncRuntime, Runtime
@@ -221,3 +235,53 @@ def test_a_denied_send_writes_nothing_in_the_application_transaction(
             conn.commit()
         assert sent.wait(timeout=20) == 1
         assert count_rows(rt, "messages") == 1 and order_ids(app_engine) == [1]
+
+
+def test_an_enqueue_in_a_deferred_sqlite_transaction_waits_for_the_write_lock(
+    tmp_path: Path,
+) -> None:
+    """An application transaction begun with a plain BEGIN (as Django's atomic() does)
+    enqueues while another connection holds the write lock and then commits: the
+    enqueue waits for the lock instead of failing with "database is locked" (it used to
+    read first, and a commit in between made its later write fail at once)."""
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    rt = Runtime(url, workers=0, **FAST)
+    rt.install()
+    app = create_engine(url, connect_args={"timeout": 10})
+
+    @event.listens_for(app, "connect")
+    def _autocommit_driver(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # SQLAlchemy's recipe: BEGIN issued below
+
+    @event.listens_for(app, "begin")
+    def _deferred_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN")
+
+    blocker = sqlite3.connect(tmp_path / "app.db", isolation_level=None)
+    errors: list[BaseException] = []
+    sent: list[str] = []
+
+    def send_in_the_application_transaction() -> None:
+        try:
+            with app.begin() as conn:
+                ref = rt.ref(Fulfilment, "deferred")
+                sent.append(ref.ship.with_options(connection=conn).send(item="tea").id)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        blocker.execute("UPDATE solid_schema SET version = version")  # a real write
+        thread = threading.Thread(target=send_in_the_application_transaction)
+        thread.start()
+        time.sleep(0.5)  # the enqueue is now waiting on the lock (or, before, had read)
+        blocker.execute("COMMIT")
+        thread.join(30)
+        assert not errors, errors
+        rt.testing.drain()
+        assert rt.ref(Fulfilment, "deferred").snapshot() == {"shipped": ["tea"]}
+        assert len(sent) == 1
+    finally:
+        blocker.close()
+        app.dispose()
+        rt.close()

@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 import sqlalchemy
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs them all: each checks that its run dropped its scratch database
+# by listing every solid_bench_* database, so two at once would see each other's.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("benchmark_scratch_databases")]
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_calls.py"

@@ -25,10 +25,16 @@ from solid_objects import Actor, Rejected, Runtime
 from solid_objects.store.mailbox import held_hint, parse_held_hint
 from solid_objects.store.turns import done_payload, parse_outcome
 from tests.apps.procapp import AppendLog
+from tests.conftest import BACKENDS
 from tests.test_processes import STEP, Cluster, wait_until
 from tests.test_redis_wakeup import RedisServer, caller
 
 pytestmark = pytest.mark.slow
+
+# Each test runs only where what it checks exists (no skipped parametrizations).
+POSTGRESQL = [b for b in BACKENDS if b == "postgresql"]  # NOTIFY, outcomes in it
+WITHOUT_LISTENER = [b for b in BACKENDS if b != "postgresql"]  # no NOTIFY, no Redis here
+UPDATE_RETURNING = [b for b in BACKENDS if b != "mysql"]  # SQLite 3.35+, PostgreSQL
 
 
 class HeldHintCounter(Actor):
@@ -184,11 +190,10 @@ def test_a_caller_told_through_redis_reads_the_row_when_told(
     assert_few_reads(reads, waited)
 
 
+@pytest.mark.parametrize("backend", POSTGRESQL, indirect=True)
 def test_a_caller_told_through_notify_reads_the_row_when_told(
     cluster: Cluster, db_url: str
 ) -> None:
-    if not db_url.startswith("postgresql"):
-        pytest.skip("NOTIFY is PostgreSQL's")
     rt = cluster.caller()
     rt.start()
     assert rt._listener is not None
@@ -198,10 +203,9 @@ def test_a_caller_told_through_notify_reads_the_row_when_told(
     assert_few_reads(reads, waited)
 
 
+@pytest.mark.parametrize("backend", WITHOUT_LISTENER, indirect=True)
 def test_a_caller_nobody_tells_still_polls(cluster: Cluster) -> None:
     """No listener (SQLite/MariaDB without Redis): the row is read with the backoff."""
-    if cluster.url.startswith("postgresql"):
-        pytest.skip("PostgreSQL always listens")
     rt = cluster.caller()
     cluster.start_workers(1, workers=2, poll_interval=0.1)
     reads, _ = reads_while_held(rt, cluster, "untold")
@@ -229,6 +233,7 @@ def test_done_payload_carries_a_small_outcome_and_names_a_large_one() -> None:
         assert parse_outcome(other) is None
 
 
+@pytest.mark.parametrize("backend", POSTGRESQL, indirect=True)
 def test_a_caller_in_another_runtime_settles_on_the_notified_outcome(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -236,8 +241,6 @@ def test_a_caller_in_another_runtime_settles_on_the_notified_outcome(
 
     A result too large for a NOTIFY payload is announced by id and read, as before.
     """
-    if not db_url.startswith("postgresql"):
-        pytest.skip("outcomes travel in PostgreSQL's NOTIFY only")
     worker = Runtime(db_url, workers=2)
     worker.register(OutcomeCarrier)
     caller_rt = Runtime(db_url, workers=0, call_timeout=STEP)
@@ -275,6 +278,7 @@ def test_a_caller_in_another_runtime_settles_on_the_notified_outcome(
         worker.close()
 
 
+@pytest.mark.parametrize("backend", UPDATE_RETURNING, indirect=True)
 def test_a_commit_that_empties_the_mailbox_reads_no_next_head(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -290,8 +294,7 @@ def test_a_commit_that_empties_the_mailbox_reads_no_next_head(
     try:
         worker.install()
         worker.start()
-        if not worker.store.dialect.update_returning:
-            pytest.skip("no UPDATE … RETURNING on this database")
+        assert worker.store.dialect.update_returning
         assert worker.ref(OutcomeCarrier, "emptied").add()["n"] == 1
         inside, reads = threading.local(), [0, 0]  # in finish_turn / elsewhere
         finish, head = worker.store.finish_turn, worker.store.head_message

@@ -60,12 +60,20 @@ def enqueue_on(
     try:
         store.dialect.join(driver_connection, cursor)
         tx = Tx(cursor, store.sql, dbapi_connection)
+        lock_error: Exception | None = None
+        if store.dialect.join_lock_sql is not None:
+            try:
+                tx.run(store.dialect.join_lock_sql)
+            except Exception as exc:  # "no such table" on another database: refused below
+                lock_error = exc
         where = str(tx.scalar(store.dialect.identity_sql))
         if where != store.identity() and where != store.identity(refresh=True):
             raise ForeignDatabase(
                 "the connection reaches another database or schema than the runtime's: "
                 "the message would never be seen by its workers"
             )
+        if lock_error is not None:
+            raise lock_error
         savepoint = tx.savepoint()
         try:
             enqueued = store.enqueue(

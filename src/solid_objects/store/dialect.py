@@ -102,6 +102,9 @@ class Dialect:
     #: Which database server, database and schema a connection reaches: an application
     #: connection must give the same answer as the runtime's own to enqueue on it.
     identity_sql = "SELECT CONCAT(@@hostname, ':', @@port, '/', DATABASE())"
+    #: Run first when enqueuing in an application's transaction, to take the write lock
+    #: before anything is read (SQLite: see ``SQLiteDialect``); the servers lock rows.
+    join_lock_sql: str | None = None
     #: ``UPDATE ... RETURNING`` (SQLite 3.35+, PostgreSQL; not MySQL or MariaDB 10).
     update_returning = False
     #: A data-modifying ``WITH`` (PostgreSQL): a direct turn commits in one statement.
@@ -395,6 +398,11 @@ class SQLiteDialect(Dialect):
     begin_sql = "BEGIN IMMEDIATE"
     scope_sql = "SELECT file FROM pragma_database_list WHERE name = 'main'"
     identity_sql = scope_sql
+    # An application's own deferred transaction (Django's atomic() issues BEGIN) holds
+    # no lock yet: a read would start a snapshot, and a writer committing before the
+    # enqueue writes would make that write fail at once, whatever the busy timeout. A
+    # write statement that changes nothing takes the write lock first, waiting for it.
+    join_lock_sql = "UPDATE {actors} SET pk = pk WHERE 1 = 0"
     update_returning = True
 
     #: SQLite has one writer: a process sends its writes through one group-commit thread.
