@@ -1,10 +1,8 @@
-"""The caller's side of the engine: enqueue, wait, read outcomes, queries.
+"""The caller's side of the engine: authorize, enqueue, read outcomes, queries.
 
 Both faces (``Ref`` and ``AsyncRef``) call these plain synchronous methods;
-the async face runs them in a thread pool. A caller whose message runs in
-this process is woken by the worker through :class:`Waiters` as soon as the
-turn commits; otherwise it reads the message row with a backoff that starts
-at 2 ms.
+the async face runs them in a thread pool. How a caller waits for an outcome
+(and what a timed-out call says) is :mod:`.waiting`, mixed into :class:`Client`.
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn, TypedDict
 
@@ -46,22 +43,15 @@ from ..options import Options
 from ..store import Enqueued, Store, Tx
 from ..store.store import TERMINAL, MessageRow, new_id
 from . import external
-from .presence import SERVE_ADVICE
 from .transactions import OpenTransactions
-from .waiters import NUDGE, Outcome, Waiters
+from .waiters import Outcome, Waiters
+from .waiting import Waiting
 from .worker import WorkerPool
 
 if TYPE_CHECKING:
     from ..ref import CallOptions, MessageReference
 
 log = logging.getLogger("solid_objects.client")
-
-_FIRST_POLL = 0.002
-_MAX_POLL = 0.05
-#: When a worker of this process runs the message its future is resolved directly;
-#: the database is read only as a safety net (the lease may be lost meanwhile).
-_LOCAL_POLL = 0.25
-
 
 class _MessageFields(TypedDict):
     """The keyword arguments every store enqueue takes (see :meth:`Client._message_fields`)."""
@@ -88,50 +78,7 @@ def _queue_fields(options: CallOptions) -> _QueueFields:
     return _QueueFields(idempotency_key=options.idempotency_key, delay_ms=int(options.delay * 1000))
 
 
-class _Poll:
-    """When a waiting caller reads the message row, and how long it sleeps between.
-
-    A message a local worker runs is resolved through its future; the row is read
-    only every ``_LOCAL_POLL`` as a safety net (the lease may be lost meanwhile).
-    So is a message another process runs while this runtime listens for wake-ups
-    (``notified``: NOTIFY on PostgreSQL, or Redis): that worker announces the
-    finished message (``d:<id>``), which makes the waiter read the row at once.
-    Otherwise the row is read with a backoff from 2 ms to 50 ms.
-    """
-
-    def __init__(
-        self,
-        waiters: Waiters,
-        message_id: str,
-        *,
-        read_first: bool = False,
-        notified: Callable[[], bool] = lambda: False,
-    ) -> None:
-        self._waiters = waiters
-        self._id = message_id
-        self._notified = notified
-        self.delay = _FIRST_POLL
-        # A wait that starts after the enqueue (``send().wait()``) may find the turn
-        # already committed, its outcome handed to nobody: read the row at once.
-        self._last_read = -_LOCAL_POLL if read_first else time.monotonic()
-
-    def should_read(self) -> bool:
-        where = self._waiters.where(self._id)
-        now = time.monotonic()
-        if where == "enqueueing":
-            self.delay = min(self.delay * 2, _MAX_POLL)
-            return False
-        if where == "local" or self._notified():
-            self.delay = _LOCAL_POLL
-            if now - self._last_read < _LOCAL_POLL:
-                return False
-        else:
-            self.delay = min(self.delay * 2, _MAX_POLL)
-        self._last_read = now
-        return True
-
-
-class Client:
+class Client(Waiting):
     def __init__(self, store: Store, pool: WorkerPool, waiters: Waiters, options: Options) -> None:
         self.store = store
         self.pool = pool
@@ -714,177 +661,6 @@ class Client:
         if outcome is None:
             raise MessagePending(f"message {message.id} has not finished; use wait()")
         return self.settle(message, outcome)
-
-    def wait(
-        self, message: MessageReference[Any], timeout: float | None, deadline: float | None = None
-    ) -> Any:
-        """Wait for the outcome until ``deadline`` (default: ``timeout`` from now)."""
-        if not message.verified:
-            self.checked(message)
-        limit = self.options.call_timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit if deadline is None else deadline
-        late = not self.waiters.has(message.id)  # not registered before its enqueue
-        future: Future[Outcome] = self.waiters.register(message.id)
-        self._mark_if_local(message)
-        poll = _Poll(
-            self.waiters,
-            message.id,
-            read_first=self._may_be_done(message, late),
-            notified=self.notified,
-        )
-        try:
-            while True:
-                remaining = deadline - time.monotonic()
-                nudged = False
-                try:
-                    outcome = future.result(max(0.0, min(poll.delay, remaining)))
-                    if outcome is not NUDGE:
-                        return self.settle(message, outcome)
-                    nudged = True
-                    future = self.waiters.register(message.id)
-                except FutureTimeout:
-                    failed = future.exception() if future.done() else None
-                    if failed is not None:  # a CallTimeout is a TimeoutError too
-                        raise failed from failed.__cause__
-
-                if nudged or poll.should_read():
-                    stored = self.poll_outcome(message.id)
-                    if stored is not None:
-                        return self.settle(message, stored)
-                if remaining <= 0:
-                    raise CallTimeout(self.diagnose(message.id, limit), message)
-        finally:
-            self.waiters.forget(message.id)
-
-    async def wait_async(
-        self,
-        message: MessageReference[Any],
-        timeout: float | None,
-        run: Any,
-        deadline: float | None = None,
-    ) -> Any:
-        """The asyncio wait: the same loop, awaiting instead of blocking."""
-        if not message.verified:
-            await run(self.checked, message)
-        limit = self.options.call_timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit if deadline is None else deadline
-        late = not self.waiters.has(message.id)  # not registered before its enqueue
-        future = asyncio.wrap_future(self.waiters.register(message.id))
-        self._mark_if_local(message)
-        poll = _Poll(
-            self.waiters,
-            message.id,
-            read_first=self._may_be_done(message, late),
-            notified=self.notified,
-        )
-        try:
-            while True:
-                remaining = deadline - time.monotonic()
-                done, _ = await asyncio.wait({future}, timeout=max(0.0, min(poll.delay, remaining)))
-                nudged = False
-                if done:
-                    if future.result() is not NUDGE:
-                        return self.settle(message, future.result())
-                    nudged = True  # another process finished it: read the row now
-                    future = asyncio.wrap_future(self.waiters.register(message.id))
-                if nudged or poll.should_read():
-                    outcome = await run(self.poll_outcome, message.id)
-                    if outcome is not None:
-                        return self.settle(message, outcome)
-                if remaining <= 0:
-                    raise CallTimeout(await run(self.diagnose, message.id, limit), message)
-        finally:
-            self.waiters.forget(message.id)
-
-    def _may_be_done(self, message: MessageReference[Any], late: bool) -> bool:
-        """Whether a waiter registered only now must read the row at once.
-
-        A message sent earlier may have finished before anyone waited, its outcome
-        handed to nobody. Unless a local worker still has it to run (the waiter is
-        registered, so the worker will hand the outcome over): then no read is needed.
-        """
-        return late and not self.pool.pending_here(message.actor_type, message.actor_id, message.id)
-
-    def _mark_if_local(self, message: MessageReference[Any]) -> None:
-        """A message sent earlier to an actor this process runs: wait on the future."""
-        if self.waiters.where(message.id) == "remote" and self.pool.holds_identity(
-            message.actor_type, message.actor_id
-        ):
-            self.waiters.mark(message.id, local=True)
-
-    def diagnose(self, message_id: str, waited: float) -> str:
-        """Say what a timed-out call is waiting on, for the CallTimeout message.
-
-        Never raises: a database that cannot answer is itself the answer.
-        """
-        head = f"message {message_id} did not finish within {waited:g}s"
-        if message_id in self._enqueueing:
-            return (
-                f"{head}: the transaction that enqueues it has not committed yet (the "
-                "database is busy, or another transaction holds a lock it needs); it may "
-                "still commit, and the message then runs: status() is 'enqueueing' until "
-                "then, and raises MessageNotFound if it never committed"
-            )
-        try:
-            return self._diagnose(head, message_id)
-        except (DatabaseError, SQLAlchemyError) as exc:
-            return f"{head}; its state could not be read: {exc}"
-
-    def _diagnose(self, head: str, message_id: str) -> str:
-        with self.store.read() as tx:
-            row = self.store.message(tx, message_id)
-            if row is None:
-                return f"{head}: the message does not exist (it was pruned, or never committed)"
-            actor = self.store.actor_status(tx, row.actor_pk)
-        who = f"{row.actor_type} {row.actor_id!r}"
-        if row.status in TERMINAL:
-            return f"{head}: it finished as {row.status} just now"
-        if actor is None:
-            return f"{head}: {who} was destroyed"
-        if row.status == "scheduled":
-            return (
-                f"{head}: it is delayed and enters the mailbox in "
-                f"{(row.available_at - actor.now) / 1000:.1f}s"
-            )
-        ahead = (row.seq or 0) - actor.done_seq - 1
-        parts = [f"{ahead} message(s) ahead of it in {who}'s mailbox"]
-        if actor.paused:
-            parts.append("the actor is paused")
-        if actor.ready_at is not None and actor.ready_at > actor.now:
-            parts.append(
-                f"the head message failed {actor.attempt} time(s) and is retried in "
-                f"{(actor.ready_at - actor.now) / 1000:.1f}s"
-            )
-        if actor.lease_owner is None:
-            parts.append(self._unclaimed(row.actor_type))
-        elif actor.lease_expires_at is not None and actor.lease_expires_at <= actor.now:
-            parts.append(
-                f"the lease of worker {actor.lease_owner} expired "
-                f"{(actor.now - actor.lease_expires_at) / 1000:.1f}s ago; "
-                "waiting for a worker to take over"
-            )
-        else:
-            mine = " (this process)" if actor.lease_owner == self.pool.owner else ""
-            parts.append(f"worker {actor.lease_owner}{mine} is running it")
-        return f"{head}: " + "; ".join(parts)
-
-    def _unclaimed(self, actor_type: str) -> str:
-        """Why no worker holds an actor with queued work: none runs, none serves its type,
-        or they are busy."""
-        with self.store.read() as tx:
-            served = self.store.served_types(tx)
-        if not served:
-            return (
-                "no worker holds the actor and no process running workers is alive: start "
-                "`solid-objects worker module:runtime` (or a runtime with workers here)"
-            )
-        if not any(actor_type in types for types in served.values()):
-            serving = sorted({t for types in served.values() for t in types})
-            return (
-                f"no live process serves actor type {actor_type!r} ({len(served)} live "
-                f"worker process(es) serve {serving}): {SERVE_ADVICE}"
-            )
-        return "no worker has claimed the actor yet (workers are busy)"
 
     # --- reads of committed state -----------------------------------------------------
 
