@@ -144,3 +144,12 @@ def test_the_async_face_resets_and_captures(db_url: str) -> None:
             await rt.close()
 
     asyncio.run(scenario())
+
+
+def test_ids_made_one_after_another_in_a_process_increase() -> None:
+    """Within a millisecond too: the captured effects of successive turns list in order."""
+    from solid_objects.store.rows import new_id
+
+    ids = [new_id() for _ in range(5000)]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert all(len(i) == 32 for i in ids)
