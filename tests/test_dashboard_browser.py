@@ -20,7 +20,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+import playwright.sync_api as playwright_api
 import pytest
+import uvicorn
 
 from solid_objects import Actor, Runtime
 from solid_objects.admin import allow
@@ -29,9 +31,6 @@ from solid_objects.web import dashboard
 from solid_objects.web.security import CsrfTokens
 
 from .conftest import FAST, count_rows, fresh_database
-
-playwright_api = pytest.importorskip("playwright.sync_api")
-import uvicorn  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -92,7 +92,8 @@ def test_an_effect_nobody_handles_dies_with_its_failure_callback(
 def test_none_keeps_an_unhandled_effect_pending_and_doctor_and_metrics_list_it(
     make_runtime: Callable[..., Runtime],
 ) -> None:
-    prometheus_client = pytest.importorskip("prometheus_client")
+    import prometheus_client  # the dev extra
+
     from solid_objects.observability import PrometheusMetrics, observe
 
     rt = make_runtime(unhandled_effect_timeout=None, lease_duration=2.0)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import playwright.sync_api as playwright_api
 import pytest
 
 from examples.live_counter import LiveCounter
@@ -23,7 +24,6 @@ from solid_objects import Runtime
 
 from .conftest import FAST, fresh_database
 
-playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
 
 pytestmark = pytest.mark.slow

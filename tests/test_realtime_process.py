@@ -16,14 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import websockets.sync.client as websockets_sync
+from websockets.exceptions import ConnectionClosed
 
 from solid_objects import Runtime
 from solid_objects.web.realtime import CLOSE_TOO_SLOW
 
 from .apps.realtime_app import FloodBlob
-
-websockets_sync = pytest.importorskip("websockets.sync.client")
-from websockets.exceptions import ConnectionClosed  # noqa: E402
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
