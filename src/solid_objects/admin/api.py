@@ -13,16 +13,16 @@ from ..store.admin_activity import LATENCY_SAMPLE
 from ..store.admin_rows import RetryOutcome, TypeCounts
 from ..store.store import new_id
 from .base import (
-    _BATCH,
+    BATCH,
     AdminBase,
-    _check_filters,
-    _check_ids,
-    _check_limit,
-    _check_reason,
-    _decode_cursor,
-    _page,
-    _pair,
+    check_filters,
+    check_ids,
+    check_limit,
+    check_reason,
+    cursor_pair,
+    decode_cursor,
     log,
+    page_of,
 )
 from .idle import IdleActors
 from .maintenance import Maintenance
@@ -44,7 +44,7 @@ from .views import (
     RetriedEffect,
     Status,
     TypeStatus,
-    _time,
+    datetime_of,
 )
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ class Administration(Maintenance, IdleActors, AdminBase):
                     total.actors_capped = total.actors_capped or c.actors_capped
                 elif f.name != "actor_type":
                     setattr(total, f.name, getattr(total, f.name) + getattr(c, f.name))
-        return Status(_time(now), [TypeStatus.of(c) for c in counts], TypeStatus.of(total))
+        return Status(datetime_of(now), [TypeStatus.of(c) for c in counts], TypeStatus.of(total))
 
     def activity(self, *, since_minutes: int = 60, bucket_seconds: int = 60) -> Activity:
         """Finished messages over the last ``since_minutes``, per ``bucket_seconds`` bucket.
@@ -150,7 +150,7 @@ class Administration(Maintenance, IdleActors, AdminBase):
             lat = sorted(latencies.get(start, []))
             buckets.append(
                 ActivityBucket(
-                    start=_time(start),
+                    start=datetime_of(start),
                     completed=c.completed if c else 0,
                     rejected=c.rejected if c else 0,
                     dead=c.dead if c else 0,
@@ -161,7 +161,9 @@ class Administration(Maintenance, IdleActors, AdminBase):
                     latency_p99_ms=_percentile(lat, 0.99) if lat else None,
                 )
             )
-        return Activity(_time(now), _time(since), bucket_seconds, buckets, sampled, LATENCY_SAMPLE)
+        return Activity(
+            datetime_of(now), datetime_of(since), bucket_seconds, buckets, sampled, LATENCY_SAMPLE
+        )
 
     # --- dead letters -------------------------------------------------------------------
 
@@ -182,9 +184,9 @@ class Administration(Maintenance, IdleActors, AdminBase):
         """
         if state not in ("open", "retried", "discarded", "all"):
             raise InvalidArguments(f"state must be open, retried, discarded or all, not {state!r}")
-        _check_filters(actor_type=actor_type, actor_id=actor_id, operation=operation)
-        _check_limit(limit)
-        after = _decode_cursor(cursor, "dead_letters")
+        check_filters(actor_type=actor_type, actor_id=actor_id, operation=operation)
+        check_limit(limit)
+        after = decode_cursor(cursor, "dead_letters")
         self._authorize(
             "dead_letters.list",
             actor_type=actor_type,
@@ -201,13 +203,13 @@ class Administration(Maintenance, IdleActors, AdminBase):
                 actor_id=actor_id,
                 operation=operation,
                 state=state,
-                after=None if after is None else _pair(after),
+                after=None if after is None else cursor_pair(after),
                 limit=limit + 1,
             )
-        rows, next_cursor = _page(
+        rows, next_cursor = page_of(
             rows, limit, "dead_letters", lambda last: [last.completed_at or 0, last.id]
         )
-        return Page([DeadLetter.of(r) for r in rows], next_cursor, _time(now))
+        return Page([DeadLetter.of(r) for r in rows], next_cursor, datetime_of(now))
 
     def get_dead_letter(self, message_id: str) -> DeadLetter:
         """One dead letter, with its resolution if an operator handled it."""
@@ -235,19 +237,19 @@ class Administration(Maintenance, IdleActors, AdminBase):
         (later calls return the first retry's message id with ``already=True``).
         Every id is checked first; if one is unknown, not dead, discarded, or its
         actor was destroyed since, :class:`NotFound` or :class:`OperationRefused`
-        is raised and nothing is written. Writes commit ``_BATCH`` ids at a time,
+        is raised and nothing is written. Writes commit ``BATCH`` ids at a time,
         each with its audit record.
         """
-        ids = _check_ids(message_ids, "message")
-        reason = _check_reason(reason)
+        ids = check_ids(message_ids, "message")
+        reason = check_reason(reason)
         principal = self._authorize("dead_letters.retry", message_ids=tuple(ids))
         store = self._runtime.store
         with store.read() as tx:
             for message_id in ids:
                 self._check_retryable(tx, message_id)
         results: list[RetriedDeadLetter] = []
-        for start in range(0, len(ids), _BATCH):
-            batch = ids[start : start + _BATCH]
+        for start in range(0, len(ids), BATCH):
+            batch = ids[start : start + BATCH]
 
             def body(tx: Tx, batch: list[str] = batch) -> list[RetryOutcome]:
                 outcomes = [
@@ -324,13 +326,13 @@ class Administration(Maintenance, IdleActors, AdminBase):
         reference still reads its failure. A dead letter that was already retried
         cannot be discarded (:class:`OperationRefused`); nothing is written then.
         """
-        ids = _check_ids(message_ids, "message")
-        reason = _check_reason(reason)
+        ids = check_ids(message_ids, "message")
+        reason = check_reason(reason)
         principal = self._authorize("dead_letters.discard", message_ids=tuple(ids))
         store = self._runtime.store
         results: list[DiscardedDeadLetter] = []
-        for start in range(0, len(ids), _BATCH):
-            batch = ids[start : start + _BATCH]
+        for start in range(0, len(ids), BATCH):
+            batch = ids[start : start + BATCH]
 
             def body(tx: Tx, batch: list[str] = batch) -> list[DiscardedDeadLetter]:
                 done = []
@@ -368,9 +370,9 @@ class Administration(Maintenance, IdleActors, AdminBase):
         """Actors of one type, by id; ``id_prefix`` keeps those whose id starts with it
         (checked like an id: ``%`` and ``_`` are plain characters)."""
         check_identifier(actor_type, what="actor type")
-        _check_filters(id_prefix=id_prefix)
-        _check_limit(limit)
-        after = _decode_cursor(cursor, "actors")
+        check_filters(id_prefix=id_prefix)
+        check_limit(limit)
+        after = decode_cursor(cursor, "actors")
         self._authorize("actors.list", actor_type=actor_type)
         store = self._runtime.store
         with store.read() as tx:
@@ -382,8 +384,8 @@ class Administration(Maintenance, IdleActors, AdminBase):
                 after=None if after is None else str(after),
                 limit=limit + 1,
             )
-        rows, next_cursor = _page(rows, limit, "actors", lambda last: last.actor_id)
-        return Page([self._summary(r, now) for r in rows], next_cursor, _time(now))
+        rows, next_cursor = page_of(rows, limit, "actors", lambda last: last.actor_id)
+        return Page([self._summary(r, now) for r in rows], next_cursor, datetime_of(now))
 
     @staticmethod
     def _lease(row: ActorRow, now: int) -> LeaseInfo | None:
@@ -391,13 +393,18 @@ class Administration(Maintenance, IdleActors, AdminBase):
             return None
         expires = row.lease_expires_at
         return LeaseInfo(
-            row.lease_owner, row.lease_generation, _time(expires), expires is None or expires <= now
+            row.lease_owner,
+            row.lease_generation,
+            datetime_of(expires),
+            expires is None or expires <= now,
         )
 
     @staticmethod
     def _retry_at(row: ActorRow, now: int) -> datetime | None:
         backing_off = row.ready_at is not None and row.ready_at > now
-        return _time(row.ready_at) if backing_off and row.next_seq > row.done_seq + 1 else None
+        return (
+            datetime_of(row.ready_at) if backing_off and row.next_seq > row.done_seq + 1 else None
+        )
 
     def _summary(self, row: ActorRow, now: int) -> ActorSummary:
         return ActorSummary(
@@ -408,7 +415,7 @@ class Administration(Maintenance, IdleActors, AdminBase):
             retry_at=self._retry_at(row, now),
             paused=row.paused,
             lease=self._lease(row, now),
-            updated_at=_time(row.updated_at),
+            updated_at=datetime_of(row.updated_at),
         )
 
     def inspect_actor(self, actor_type: str, actor_id: str, *, limit: int = 50) -> ActorDetail:
@@ -418,7 +425,7 @@ class Administration(Maintenance, IdleActors, AdminBase):
         """
         check_identifier(actor_type, what="actor type")
         check_identifier(actor_id, what="actor id")
-        _check_limit(limit)
+        check_limit(limit)
         self._authorize("actors.inspect", actor_type=actor_type, actor_id=actor_id)
         store = self._runtime.store
         with store.read() as tx:
@@ -439,8 +446,8 @@ class Administration(Maintenance, IdleActors, AdminBase):
             state=state,
             state_version=row.state_version,
             state_migrated=migrated,
-            created_at=_time(row.created_at),
-            updated_at=_time(row.updated_at),
+            created_at=datetime_of(row.created_at),
+            updated_at=datetime_of(row.updated_at),
             done_seq=row.done_seq,
             next_seq=row.next_seq,
             attempt=row.attempt,
@@ -453,7 +460,7 @@ class Administration(Maintenance, IdleActors, AdminBase):
             effects=[EffectInfo.of(e) for e in effects],
             reminders=[ReminderInfo.of(r) for r in reminders],
             open_dead_letters=dead,
-            now=_time(now),
+            now=datetime_of(now),
         )
 
     def actor_messages(
@@ -467,8 +474,8 @@ class Administration(Maintenance, IdleActors, AdminBase):
         """
         check_identifier(actor_type, what="actor type")
         check_identifier(actor_id, what="actor id")
-        _check_limit(limit)
-        after = _decode_cursor(cursor, "actor_messages")
+        check_limit(limit)
+        after = decode_cursor(cursor, "actor_messages")
         if after is not None and (isinstance(after, bool) or not isinstance(after, int)):
             raise InvalidArguments("not a valid cursor")
         self._authorize("actors.inspect", actor_type=actor_type, actor_id=actor_id)
@@ -479,8 +486,8 @@ class Administration(Maintenance, IdleActors, AdminBase):
             if row is None:
                 raise NotFound(f"no actor {actor_type} {actor_id!r} (never called, or destroyed)")
             rows = store.actor_messages(tx, row.pk, before=after, limit=limit + 1)
-        rows, next_cursor = _page(rows, limit, "actor_messages", lambda last: last.seq)
-        return Page([ActorMessage.of(r) for r in rows], next_cursor, _time(now))
+        rows, next_cursor = page_of(rows, limit, "actor_messages", lambda last: last.seq)
+        return Page([ActorMessage.of(r) for r in rows], next_cursor, datetime_of(now))
 
     # --- effects ------------------------------------------------------------------------
 
@@ -496,9 +503,9 @@ class Administration(Maintenance, IdleActors, AdminBase):
         """Effects of one status (``dead`` by default), newest first."""
         if status not in ("pending", "running", "done", "dead"):
             raise InvalidArguments(f"status must be pending, running, done or dead, not {status!r}")
-        _check_filters(actor_type=actor_type, effect_name=name)
-        _check_limit(limit)
-        after = _decode_cursor(cursor, "effects")
+        check_filters(actor_type=actor_type, effect_name=name)
+        check_limit(limit)
+        after = decode_cursor(cursor, "effects")
         self._authorize("effects.list", status=status, actor_type=actor_type, name=name)
         store = self._runtime.store
         with store.read() as tx:
@@ -508,17 +515,17 @@ class Administration(Maintenance, IdleActors, AdminBase):
                 status=status,
                 actor_type=actor_type,
                 name=name,
-                after=None if after is None else _pair(after),
+                after=None if after is None else cursor_pair(after),
                 limit=limit + 1,
             )
         finished = status in ("dead", "done")
-        rows, next_cursor = _page(
+        rows, next_cursor = page_of(
             rows,
             limit,
             "effects",
             lambda last: [(last.completed_at if finished else last.created_at) or 0, last.id],
         )
-        return Page([EffectInfo.of(r) for r in rows], next_cursor, _time(now))
+        return Page([EffectInfo.of(r) for r in rows], next_cursor, datetime_of(now))
 
     def get_effect(self, effect_id: str) -> EffectInfo:
         check_identifier(effect_id, what="effect id")
@@ -542,13 +549,13 @@ class Administration(Maintenance, IdleActors, AdminBase):
         is no longer dead (pending, running) is left alone (``already=True``); a
         ``done`` effect is refused, as is an unknown id, and nothing is written then.
         """
-        ids = _check_ids(effect_ids, "effect")
-        reason = _check_reason(reason)
+        ids = check_ids(effect_ids, "effect")
+        reason = check_reason(reason)
         principal = self._authorize("effects.retry", effect_ids=tuple(ids))
         store = self._runtime.store
         results: list[RetriedEffect] = []
-        for start in range(0, len(ids), _BATCH):
-            batch = ids[start : start + _BATCH]
+        for start in range(0, len(ids), BATCH):
+            batch = ids[start : start + BATCH]
 
             def body(tx: Tx, batch: list[str] = batch) -> list[RetriedEffect]:
                 done = []
@@ -582,9 +589,9 @@ class Administration(Maintenance, IdleActors, AdminBase):
         cursor: str | None = None,
     ) -> Page[AuditEntry]:
         """Audit records of changes made through this API, newest first."""
-        _check_filters(target_id=target_id, principal=principal)
-        _check_limit(limit)
-        after = _decode_cursor(cursor, "audit")
+        check_filters(target_id=target_id, principal=principal)
+        check_limit(limit)
+        after = decode_cursor(cursor, "audit")
         self._authorize("audit.list", target_id=target_id, principal=principal)
         store = self._runtime.store
         with store.read() as tx:
@@ -596,5 +603,5 @@ class Administration(Maintenance, IdleActors, AdminBase):
                 after=None if after is None else str(after),
                 limit=limit + 1,
             )
-        rows, next_cursor = _page(rows, limit, "audit", lambda last: last.id)
-        return Page([AuditEntry.of(r) for r in rows], next_cursor, _time(now))
+        rows, next_cursor = page_of(rows, limit, "audit", lambda last: last.id)
+        return Page([AuditEntry.of(r) for r in rows], next_cursor, datetime_of(now))

@@ -21,28 +21,28 @@ log = logging.getLogger("solid_objects.admin")
 #: Most items one call may list, retry or discard.
 MAX_LIMIT = 1000
 #: Writes of a many-item retry or discard are committed this many at a time.
-_BATCH = 100
+BATCH = 100
 _MAX_REASON = 1000
 
 R = TypeVar("R")
 
 
-def _page(
+def page_of(
     rows: list[R], limit: int, kind: str, key: Callable[[R], Any]
 ) -> tuple[list[R], str | None]:
     """Trim a ``limit + 1`` read to ``limit`` rows; the cursor of the next page, if any."""
     if len(rows) <= limit:
         return rows, None
     rows = rows[:limit]
-    return rows, _encode_cursor(kind, key(rows[-1]))
+    return rows, encode_cursor(kind, key(rows[-1]))
 
 
-def _encode_cursor(kind: str, value: Any) -> str:
+def encode_cursor(kind: str, value: Any) -> str:
     raw = json.dumps([kind, value], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str | None, kind: str) -> Any:
+def decode_cursor(cursor: str | None, kind: str) -> Any:
     if cursor is None:
         return None
     try:
@@ -55,19 +55,19 @@ def _decode_cursor(cursor: str | None, kind: str) -> Any:
     return value
 
 
-def _pair(value: Any) -> tuple[int, str]:
+def cursor_pair(value: Any) -> tuple[int, str]:
     if not (isinstance(value, list) and len(value) == 2):
         raise InvalidArguments("not a valid cursor")
     return int(value[0]), str(value[1])
 
 
-def _check_limit(limit: int) -> int:
+def check_limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidArguments(f"limit must be an int from 1 to {MAX_LIMIT}, not {limit!r}")
     return limit
 
 
-def _check_ids(ids: Sequence[str] | str, what: str) -> list[str]:
+def check_ids(ids: Sequence[str] | str, what: str) -> list[str]:
     if isinstance(ids, str):
         ids = [ids]
     unique = list(dict.fromkeys(ids))
@@ -80,14 +80,14 @@ def _check_ids(ids: Sequence[str] | str, what: str) -> list[str]:
     return unique
 
 
-def _check_filters(**filters: str | None) -> None:
+def check_filters(**filters: str | None) -> None:
     """Listing filters are identifiers too: a bad one is ``InvalidArguments``, not a crash."""
     for what, value in filters.items():
         if value is not None:
             check_identifier(value, what=what.replace("_", " "))
 
 
-def _check_reason(reason: str | None) -> str | None:
+def check_reason(reason: str | None) -> str | None:
     if reason is not None and (not isinstance(reason, str) or len(reason) > _MAX_REASON):
         raise InvalidArguments(f"reason must be a str of at most {_MAX_REASON} characters")
     return reason

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from ..codec import check_identifier
 from ..errors import InvalidArguments
 from ..store.store import new_id
-from .base import _BATCH, AdminBase, _check_limit, _decode_cursor, _page, log
-from .views import ActorSummary, ExpiryReport, Page, _time
+from .base import BATCH, AdminBase, check_limit, decode_cursor, log, page_of
+from .views import ActorSummary, ExpiryReport, Page, datetime_of
 
 if TYPE_CHECKING:
     from ..store import Tx
@@ -62,8 +62,8 @@ class IdleActors(AdminBase):
             _cutoff(since, 0)  # raises the error that says what since may be
         if actor_type is not None:
             check_identifier(actor_type, what="actor type")
-        _check_limit(limit)
-        after = _decode_cursor(cursor, "quiet")
+        check_limit(limit)
+        after = decode_cursor(cursor, "quiet")
         self._authorize("actors.quiet", actor_type=actor_type, since=str(since))
         store = self._runtime.store
         with store.read() as tx:
@@ -75,10 +75,10 @@ class IdleActors(AdminBase):
                 after=None if after is None else (str(after[0]), str(after[1])),
                 limit=limit + 1,
             )
-        rows, next_cursor = _page(
+        rows, next_cursor = page_of(
             rows, limit, "quiet", lambda last: [last.actor_type, last.actor_id]
         )
-        return Page([self._summary(r, now) for r in rows], next_cursor, _time(now))
+        return Page([self._summary(r, now) for r in rows], next_cursor, datetime_of(now))
 
     def _orphaned_actors(
         self, actor_type: str, owner_ids: Iterable[str], limit: int, cursor: str | None
@@ -96,8 +96,8 @@ class IdleActors(AdminBase):
                     f"owner_ids must all be str (actor ids are text), not {owner_id!r}"
                 )
             known.add(owner_id)
-        _check_limit(limit)
-        after = _decode_cursor(cursor, "orphans")
+        check_limit(limit)
+        after = decode_cursor(cursor, "orphans")
         if after is not None and not isinstance(after, str):
             raise InvalidArguments("not a valid cursor")
         self._authorize("orphans.list", actor_type=actor_type, owner_ids=len(known))
@@ -111,8 +111,8 @@ class IdleActors(AdminBase):
                 if len(batch) < _SCAN:
                     break
                 after = batch[-1].actor_id
-        rows, next_cursor = _page(found, limit, "orphans", lambda last: last.actor_id)
-        return Page([self._summary(r, now) for r in rows], next_cursor, _time(now))
+        rows, next_cursor = page_of(found, limit, "orphans", lambda last: last.actor_id)
+        return Page([self._summary(r, now) for r in rows], next_cursor, datetime_of(now))
 
     def expire_actors(
         self,
@@ -127,7 +127,7 @@ class IdleActors(AdminBase):
         limits it to one of those. A candidate is quiet (see :meth:`quiet_actors`), holds
         no live lease and has no open dead letter; it is deleted as ``destroy`` would,
         its state gone, with an audit record each (``actors.expire``). Rows are checked
-        again under a lock in the deleting transaction, ``_BATCH`` at a time;
+        again under a lock in the deleting transaction, ``BATCH`` at a time;
         ``progress(actor_type, deleted)`` after each.
         """
         ttl = dict(self._runtime.options.state_ttl or {})
@@ -152,7 +152,9 @@ class IdleActors(AdminBase):
                     counts[kind] = store.count_expirable(tx, kind, cutoff)
                 continue
             counts[kind] = self._expire_type(principal, kind, cutoff, ttl[kind], progress)
-        return ExpiryReport(_time(now), dry_run, counts, {t: _time(c) for t, c in cutoffs.items()})
+        return ExpiryReport(
+            datetime_of(now), dry_run, counts, {t: datetime_of(c) for t, c in cutoffs.items()}
+        )
 
     def _expire_type(
         self,
@@ -167,7 +169,7 @@ class IdleActors(AdminBase):
         after: str | None = None
         while True:
             with store.read() as tx:
-                batch = store.expirable(tx, actor_type, cutoff, after=after, limit=_BATCH)
+                batch = store.expirable(tx, actor_type, cutoff, after=after, limit=BATCH)
             if not batch:
                 return deleted
             after = batch[-1][1]

@@ -20,10 +20,10 @@ from ..store.store import new_id
 from .base import (
     MAX_LIMIT,
     AdminBase,
-    _check_limit,
-    _check_reason,
-    _decode_cursor,
-    _page,
+    check_limit,
+    check_reason,
+    decode_cursor,
+    page_of,
 )
 from .views import (
     ActorPause,
@@ -35,7 +35,7 @@ from .views import (
     RecoveredProcess,
     ReminderChange,
     ReminderInfo,
-    _time,
+    datetime_of,
 )
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ class Maintenance(AdminBase):
         self, actor_type: str, actor_id: str, paused: bool, reason: str | None
     ) -> ActorPause:
         _identity(actor_type, actor_id)
-        reason = _check_reason(reason)
+        reason = check_reason(reason)
         action = "actors.pause" if paused else "actors.resume"
         principal = self._authorize(action, actor_type=actor_type, actor_id=actor_id)
         store = self._runtime.store
@@ -130,7 +130,7 @@ class Maintenance(AdminBase):
     def destroy_actor(self, actor_type: str, actor_id: str, *, reason: str | None = None) -> bool:
         """End the actor's incarnation, as ``runtime.destroy`` does; False if there was none."""
         _identity(actor_type, actor_id)
-        reason = _check_reason(reason)
+        reason = check_reason(reason)
         principal = self._authorize("actors.destroy", actor_type=actor_type, actor_id=actor_id)
         store = self._runtime.store
         observed = _observed(self._runtime, actor_type)
@@ -161,7 +161,7 @@ class Maintenance(AdminBase):
         holds its actor's lease (pause the actor first).
         """
         check_identifier(message_id, what="message id")
-        reason = _check_reason(reason)
+        reason = check_reason(reason)
         principal = self._authorize("messages.cancel", message_id=message_id)
         store = self._runtime.store
 
@@ -190,8 +190,8 @@ class Maintenance(AdminBase):
         """Actors whose mailbox is not empty, by type and id (reconciliation)."""
         if actor_type is not None:
             check_identifier(actor_type, what="actor type")
-        _check_limit(limit)
-        after = _decode_cursor(cursor, "pending")
+        check_limit(limit)
+        after = decode_cursor(cursor, "pending")
         self._authorize("actors.pending", actor_type=actor_type)
         store = self._runtime.store
         with store.read() as tx:
@@ -202,10 +202,10 @@ class Maintenance(AdminBase):
                 after=None if after is None else (str(after[0]), str(after[1])),
                 limit=limit + 1,
             )
-        rows, next_cursor = _page(
+        rows, next_cursor = page_of(
             rows, limit, "pending", lambda last: [last.actor_type, last.actor_id]
         )
-        return Page([self._summary(r, now) for r in rows], next_cursor, _time(now))
+        return Page([self._summary(r, now) for r in rows], next_cursor, datetime_of(now))
 
     def actor_states(self, actor_type: str, actor_ids: Sequence[str]) -> dict[str, Any]:
         """Committed state of each listed actor that exists (reconciliation with your data).
@@ -279,8 +279,8 @@ class Maintenance(AdminBase):
             check_identifier(actor_type, what="actor type")
         if actor_id is not None:
             check_identifier(actor_id, what="actor id")
-        _check_limit(limit)
-        after = _decode_cursor(cursor, "reminders")
+        check_limit(limit)
+        after = decode_cursor(cursor, "reminders")
         if after is not None and not (isinstance(after, list) and len(after) == 4):
             raise InvalidArguments("not a valid cursor")
         self._authorize("reminders.list", actor_type=actor_type, actor_id=actor_id)
@@ -296,13 +296,13 @@ class Maintenance(AdminBase):
                 else (int(after[0]), int(after[1]), str(after[2]), str(after[3])),
                 limit=limit + 1,
             )
-        rows, next_cursor = _page(
+        rows, next_cursor = page_of(
             rows,
             limit,
             "reminders",
             lambda last: [last.due_at, last.actor_pk, last.operation, last.key],
         )
-        return Page([ReminderInfo.of(r) for r in rows], next_cursor, _time(now))
+        return Page([ReminderInfo.of(r) for r in rows], next_cursor, datetime_of(now))
 
     def pause_reminder(
         self, actor_type: str, actor_id: str, operation: str, key: str = "", **kw: Any
@@ -342,7 +342,7 @@ class Maintenance(AdminBase):
         check_identifier(operation, what="operation")
         if not isinstance(key, str) or len(key) > 255:
             raise InvalidArguments("a reminder key is a str of at most 255 characters")
-        reason = _check_reason(reason)
+        reason = check_reason(reason)
         action = f"reminders.{change}"
         principal = self._authorize(
             action, actor_type=actor_type, actor_id=actor_id, operation=operation, key=key
@@ -383,8 +383,8 @@ class Maintenance(AdminBase):
         self, *, include_stopped: bool = False, limit: int = 100, cursor: str | None = None
     ) -> Page[ProcessInfo]:
         """Processes running workers: live, stale (stopped sending heartbeats), stopped."""
-        _check_limit(limit)
-        after = _decode_cursor(cursor, "processes")
+        check_limit(limit)
+        after = decode_cursor(cursor, "processes")
         self._authorize("processes.list", include_stopped=include_stopped)
         store = self._runtime.store
         with store.read() as tx:
@@ -395,8 +395,8 @@ class Maintenance(AdminBase):
                 after=None if after is None else str(after),
                 limit=limit + 1,
             )
-        rows, next_cursor = _page(rows, limit, "processes", lambda last: last.owner)
-        return Page([_process_info(r, now) for r in rows], next_cursor, _time(now))
+        rows, next_cursor = page_of(rows, limit, "processes", lambda last: last.owner)
+        return Page([_process_info(r, now) for r in rows], next_cursor, datetime_of(now))
 
     def recover_process(self, owner: str, *, reason: str | None = None) -> RecoveredProcess:
         """Declare a process dead: its leases and effect claims go back to the pool now.
@@ -405,7 +405,7 @@ class Maintenance(AdminBase):
         refused by the lease fence. A live process that comes back registers again.
         """
         check_identifier(owner, what="process")
-        reason = _check_reason(reason)
+        reason = check_reason(reason)
         principal = self._authorize("processes.recover", owner=owner)
         store = self._runtime.store
 
@@ -495,8 +495,8 @@ class Maintenance(AdminBase):
             rows[kind] = store.prune_older(
                 typed, cutoff, record=record, progress=progress, by_type=by_type
             )
-        cutoffs = {t: _time(c) for t, c in by_type.items()} if "messages" in chosen else {}
-        return PruneReport(_time(cutoff), dry_run, rows, cutoffs)
+        cutoffs = {t: datetime_of(c) for t, c in by_type.items()} if "messages" in chosen else {}
+        return PruneReport(datetime_of(cutoff), dry_run, rows, cutoffs)
 
 
 def _process_info(row: ProcessRow, now: int) -> ProcessInfo:
@@ -521,10 +521,10 @@ def _process_info(row: ProcessRow, now: int) -> ProcessInfo:
         state=state,
         stop_reason=row.stop_reason,
         leases=row.leases,
-        started_at=_time(row.started_at),
-        heartbeat_at=_time(row.heartbeat_at),
-        expires_at=_time(row.expires_at),
-        stopped_at=_time(row.stopped_at),
+        started_at=datetime_of(row.started_at),
+        heartbeat_at=datetime_of(row.heartbeat_at),
+        expires_at=datetime_of(row.expires_at),
+        stopped_at=datetime_of(row.stopped_at),
         effect_names=effects,
     )
 

@@ -22,7 +22,7 @@ from ..store.admin_rows import (
 T = TypeVar("T")
 
 
-def _time(ms: int | None) -> datetime | None:
+def datetime_of(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
 
@@ -92,12 +92,12 @@ class DeadLetter:
             error=stored_json(row.error),
             seq=row.seq,
             idempotency_key=row.idempotency_key,
-            created_at=_time(row.created_at),
-            died_at=_time(row.completed_at),
+            created_at=datetime_of(row.created_at),
+            died_at=datetime_of(row.completed_at),
             resolution=row.resolution,
             retry_message_id=row.retry_message_id,
             resolved_by=row.resolved_by,
-            resolved_at=_time(row.resolved_at),
+            resolved_at=datetime_of(row.resolved_at),
             reason=row.reason,
         )
 
@@ -153,8 +153,8 @@ class MailboxMessage:
             attempts=row.attempts,
             error=stored_json(row.error),
             idempotency_key=row.idempotency_key,
-            available_at=_time(row.available_at),
-            created_at=_time(row.created_at),
+            available_at=datetime_of(row.available_at),
+            created_at=datetime_of(row.created_at),
         )
 
 
@@ -189,9 +189,9 @@ class EffectInfo:
             error=stored_json(row.error),
             source_message_id=row.source_message_id,
             claimed_by=row.claimed_by,
-            available_at=_time(row.available_at),
-            created_at=_time(row.created_at),
-            completed_at=_time(row.completed_at),
+            available_at=datetime_of(row.available_at),
+            created_at=datetime_of(row.created_at),
+            completed_at=datetime_of(row.completed_at),
         )
 
 
@@ -215,7 +215,7 @@ class ReminderInfo:
             operation=row.operation,
             key=row.key,
             arguments=stored_json(row.arguments),
-            due_at=_time(row.due_at),
+            due_at=datetime_of(row.due_at),
             every_seconds=None if row.every_ms is None else row.every_ms / 1000,
             missed=row.missed,
             version=row.version,
@@ -335,7 +335,7 @@ class AuditEntry:
     def of(cls, row: AuditRow) -> AuditEntry:
         return cls(
             id=row.id,
-            at=_time(row.at),
+            at=datetime_of(row.at),
             principal=row.principal,
             action=row.action,
             target_kind=row.target_kind,
@@ -458,8 +458,8 @@ class ActorMessage:
             status=row.status,
             attempts=row.attempts,
             error=stored_json(row.error),
-            created_at=_time(row.created_at),
-            completed_at=_time(row.completed_at),
+            created_at=datetime_of(row.created_at),
+            completed_at=datetime_of(row.completed_at),
         )
 
 
