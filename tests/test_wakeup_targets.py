@@ -315,7 +315,9 @@ def test_a_commit_that_empties_the_mailbox_reads_no_next_head(
         ref = sender.ref(OutcomeCarrier, "emptied")
         assert [ref.add.send().wait(STEP)["n"] for _ in range(5)] == [2, 3, 4, 5, 6]
         assert reads[0] == 0, reads  # the commits read no next head...
-        assert reads[1] >= 5, reads  # ...the worker read each message when told of it
+        # ...while the counter does see the worker's other head reads (a message it was
+        # told of; one found by a claim comes with the claim, so not every one is read).
+        assert reads[1] >= 1, reads
     finally:
         sender.close()
         worker.close()
