@@ -10,6 +10,7 @@ enters it, in the mailbox's order rule, without overtaking its sender's earlier 
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -54,12 +55,79 @@ def parse_held_hint(payload: str) -> tuple[int, str] | None:
     return int(pk), owner
 
 
+#: The columns every enqueue writes to a new message, in the order of ``_insert_message``.
+_MESSAGE_COLUMNS = (
+    "id, actor_pk, actor_type, actor_id, seq, operation, arguments, idempotency_key, status, "
+    "available_at, attempts, created_at, traceparent, send_order, sender"
+)
+
+
+@functools.cache
+def _enqueue_statement(*, claim: bool, limited: bool, notify: bool) -> str:
+    """:meth:`MailboxStatements.enqueue` of a message due now, as one statement.
+
+    ``l`` is ``_lock_actor``'s ``SELECT ... FOR UPDATE`` (its one ``{now}`` read after
+    the lock), ``u`` the ``UPDATE`` that takes the next seq (and, with ``claim``, the
+    lease when it is free: ``take``), ``INSERT`` the message; the final ``SELECT``
+    returns the wake-up payload the Python path would choose (NULL: none) and, with
+    ``notify``, sends it. No actor row, or a full mailbox (``limited``): no row
+    locked-and-returned by ``l``, so nothing is written and the caller falls back.
+    """
+    full = " AND next_seq - done_seq - 1 < :max" if limited else ""
+    free = (
+        "l.paused = 0 AND (l.lease_owner IS NULL OR l.lease_expires_at <= l.at_ms) "
+        "AND (l.ready_at IS NULL OR l.ready_at <= l.at_ms)"
+    )
+    held = (
+        "c.lease_owner IS NOT NULL AND c.lease_expires_at > c.at_ms AND c.paused = 0 "
+        "AND (c.ready_at IS NULL OR c.ready_at <= c.at_ms)"
+    )
+    hint = f"CASE WHEN {held} THEN 'h:' || CAST(c.pk AS TEXT) || ':' || c.lease_owner ELSE 'w' END"
+    if claim:
+        # Our own lease that we may not take (paused, backing off): no wake-up, as before.
+        take = f"COALESCE({free}, FALSE)"
+        payload = f"CASE WHEN c.take OR c.lease_owner = :owner THEN NULL ELSE {hint} END"
+        lease = (
+            ", lease_owner = CASE WHEN c.take THEN :owner ELSE a.lease_owner END, "
+            "lease_token = CASE WHEN c.take THEN :token ELSE a.lease_token END, "
+            "lease_generation = a.lease_generation + CASE WHEN c.take THEN 1 ELSE 0 END, "
+            "lease_expires_at = CASE WHEN c.take THEN c.at_ms + :lease_ms "
+            "ELSE a.lease_expires_at END, "
+            "attempt = a.attempt + CASE WHEN c.take AND a.lease_owner IS DISTINCT FROM :owner "
+            "THEN 1 ELSE 0 END, "  # see claim()
+            "updated_at = CASE WHEN c.take THEN c.at_ms ELSE a.updated_at END"
+        )
+    else:
+        take, payload, lease = "FALSE", hint, ""
+    wake = ", CASE WHEN payload IS NOT NULL THEN pg_notify(:channel, payload) END" if notify else ""
+    return (
+        "WITH l AS (SELECT pk, next_seq, lease_owner, lease_expires_at, paused, ready_at, "
+        "lease_generation, {now} AS at_ms FROM {actors} "
+        "WHERE actor_type = :t AND actor_id = :i" + full + " FOR UPDATE), "
+        f"c AS (SELECT l.*, {take} AS take FROM l), "
+        "u AS (UPDATE {actors} a SET next_seq = a.next_seq + 1, "
+        "ready_at = CASE WHEN c.take THEN c.at_ms ELSE COALESCE(a.ready_at, c.at_ms) END"
+        + lease
+        + " FROM c WHERE a.pk = c.pk RETURNING a.pk, a.next_seq - 1 AS seq, c.at_ms, "
+        f"{payload} AS payload, CASE WHEN c.take THEN a.lease_generation END AS gen), "
+        f"m AS (INSERT INTO {{messages}} ({_MESSAGE_COLUMNS}) SELECT :id, pk, :t, :i, seq, :op, "
+        ":args, NULL, 'queued', at_ms, 0, at_ms, :tp, NULL, :sender FROM u) "
+        "SELECT pk, seq, at_ms, payload, gen" + wake + " FROM u"
+    )
+
+
 class MailboxStatements:
-    """Mixin: needs ``dialect``, ``notify`` and ``load_claimed`` from the store."""
+    """Mixin: needs ``dialect``, ``notify``, ``publish``, ``channel`` and ``load_claimed``
+    from the store."""
 
     dialect: Dialect
     notify: Callable[[Tx, str], None]
+    publish: Callable[[str], None] | None
     load_claimed: Callable[[Tx, Lease], Claimed | None]
+
+    @property
+    def channel(self) -> str:
+        raise NotImplementedError  # the store's
 
     def _lock_actor(self, tx: Tx, actor_type: str, actor_id: str) -> Any:
         select = (
@@ -216,7 +284,27 @@ class MailboxStatements:
         (nothing written) when the actor already has that many queued or running
         messages (``next_seq - done_seq - 1``, read from the locked row: no extra
         statement); a duplicate of a keyed message is answered first, never refused.
+
+        Where the database has data-modifying ``WITH`` (PostgreSQL), an unkeyed message
+        due now to an existing actor is all one statement (:func:`_enqueue_statement`);
+        anything else, or a statement that wrote nothing, takes the path below.
         """
+        if self.dialect.writable_cte and idempotency_key is None and delay_ms <= 0:
+            done = self._enqueue_in_one(
+                tx,
+                message_id=message_id,
+                actor_type=actor_type,
+                actor_id=actor_id,
+                operation=operation,
+                arguments=arguments,
+                claim_for=claim_for,
+                lease_ms=lease_ms,
+                traceparent=traceparent,
+                max_length=max_length,
+                sender=sender,
+            )
+            if done is not None:
+                return done
         row = self._lock_actor(tx, actor_type, actor_id)
         pk, next_seq, done_seq, owner, expires, paused, ready_at, generation, now = row
         pk, now = int(pk), int(now)
@@ -293,6 +381,71 @@ class MailboxStatements:
             )
             self.notify(tx, held_hint(pk, str(owner)) if held else "w")
         claimed = None if lease is None else self.load_claimed(tx, lease)
+        return Enqueued(message, existing=False, claimed=claimed)
+
+    def _enqueue_in_one(
+        self,
+        tx: Tx,
+        *,
+        message_id: str,
+        actor_type: str,
+        actor_id: str,
+        operation: str,
+        arguments: str,
+        claim_for: str | None,
+        lease_ms: int,
+        traceparent: str | None,
+        max_length: int | None,
+        sender: str | None,
+    ) -> Enqueued | None:
+        """:meth:`enqueue` in one round trip; None when it wrote nothing (no actor row,
+        or a full mailbox): :meth:`enqueue`'s own path then inserts the row or raises.
+
+        The payload is sent by the statement itself unless wake-ups go through a
+        ``publish`` hook (Redis), which collects it here, like :meth:`notify`.
+        """
+        inline = self.publish is None and self.dialect.notify_sql is not None
+        params: dict[str, Any] = {
+            "t": actor_type,
+            "i": actor_id,
+            "id": message_id,
+            "op": operation,
+            "args": arguments,
+            "tp": traceparent,
+            "sender": sender,
+        }
+        if max_length is not None:
+            params["max"] = max_length
+        if claim_for is not None:
+            params.update(owner=claim_for, token=new_token(), lease_ms=lease_ms)
+        if inline:
+            params["channel"] = self.channel
+        statement = _enqueue_statement(
+            claim=claim_for is not None, limited=max_length is not None, notify=inline
+        )
+        row = tx.row(statement, params)
+        if row is None:
+            return None
+        pk, now, payload, generation = int(row[0]), int(row[2]), row[3], row[4]
+        message = scheduled_message(
+            message_id,
+            pk,
+            actor_type,
+            actor_id,
+            operation,
+            arguments,
+            None,
+            now,
+            traceparent,
+            sender,
+        )
+        message.seq, message.status, message.created_at = int(row[1]), "queued", now
+        if payload is not None and not inline:
+            self.notify(tx, str(payload))
+        claimed = None
+        if generation is not None and claim_for is not None:
+            lease = Lease(pk, claim_for, params["token"], int(generation))
+            claimed = self.load_claimed(tx, lease)
         return Enqueued(message, existing=False, claimed=claimed)
 
     def _insert_message(
@@ -406,8 +559,7 @@ class MailboxStatements:
         if found is None:
             return None
         actor = tx.row(
-            "SELECT lease_owner, lease_expires_at, {now} FROM {actors} WHERE pk = :pk"
-            "{for_update}",
+            "SELECT lease_owner, lease_expires_at, {now} FROM {actors} WHERE pk = :pk{for_update}",
             {"pk": int(found[0])},
         )
         row = tx.row(f"SELECT {MSG_COLS} FROM {{messages}} WHERE id = :id", {"id": message_id})
