@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from solid_objects import Actor, Rejected, Runtime
+from solid_objects.store.dialect import Tx
 from solid_objects.store.mailbox import held_hint, parse_held_hint
 from solid_objects.store.turns import done_payload, parse_outcome
 from tests.apps.procapp import AppendLog
@@ -286,7 +287,8 @@ def test_a_commit_that_empties_the_mailbox_reads_no_next_head(
 
     Messages sent from another runtime reach the worker's activation with no local
     inbox, so before, every commit read the (empty) next head. MySQL/MariaDB have no
-    ``UPDATE … RETURNING`` and still read it.
+    ``UPDATE … RETURNING`` and still read it. On PostgreSQL the whole commit of such a
+    turn (fence, message, outcome NOTIFY) is one statement (``_finish_in_one``).
     """
     worker = Runtime(db_url, workers=1, poll_interval=0.05)
     worker.register(OutcomeCarrier)
@@ -298,8 +300,19 @@ def test_a_commit_that_empties_the_mailbox_reads_no_next_head(
         assert worker.ref(OutcomeCarrier, "emptied").add()["n"] == 1
         inside, reads = threading.local(), [0, 0]  # in finish_turn / elsewhere
         finish, head = worker.store.finish_turn, worker.store.head_message
+        commits: list[list[str]] = []  # the statements of each finish_turn, by kind
+        for name in ("run", "row", "rows"):
+            original = getattr(Tx, name)
+
+            def counted(self: Tx, template: str, params: Any = None, _o: Any = original) -> Any:
+                if getattr(inside, "on", False):
+                    commits[-1].append(" ".join(template.split()[:2]))
+                return _o(self, template, params)
+
+            monkeypatch.setattr(Tx, name, counted)
 
         def counted_finish(*args: Any, **kwargs: Any) -> Any:
+            commits.append([])
             inside.on = True
             try:
                 return finish(*args, **kwargs)
@@ -315,6 +328,12 @@ def test_a_commit_that_empties_the_mailbox_reads_no_next_head(
         ref = sender.ref(OutcomeCarrier, "emptied")
         assert [ref.add.send().wait(STEP)["n"] for _ in range(5)] == [2, 3, 4, 5, 6]
         assert reads[0] == 0, reads  # the commits read no next head...
+        one = (
+            ["WITH a"]  # the fence, the message, the outcome's NOTIFY
+            if worker.store.dialect.writable_cte
+            else ["UPDATE {actors}", "UPDATE {messages}"]  # SQLite: no NOTIFY
+        )
+        assert commits == [one] * 5, commits
         # ...while the counter does see the worker's other head reads (a message it was
         # told of; one found by a claim comes with the claim, so not every one is read).
         assert reads[1] >= 1, reads

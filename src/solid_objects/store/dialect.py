@@ -107,9 +107,16 @@ class Dialect:
     join_lock_sql: str | None = None
     #: ``UPDATE ... RETURNING`` (SQLite 3.35+, PostgreSQL; not MySQL or MariaDB 10).
     update_returning = False
-    #: A data-modifying ``WITH`` (PostgreSQL): a direct turn commits in one statement.
+    #: A data-modifying ``WITH`` (PostgreSQL): a turn that staged nothing commits in
+    #: one statement (``finish_direct``, ``finish_turn``).
     writable_cte = False
     begin_sql = "BEGIN"
+
+    @property
+    def notify_call(self) -> str | None:
+        """:attr:`notify_sql` as an expression, for a statement that notifies per row
+        it returns (a turn's one-statement commit notifies only if its fence held)."""
+        return None if self.notify_sql is None else self.notify_sql.removeprefix("SELECT ")
 
     #: Settings the doctor reports: (name, SQL returning one value) per dialect.
     settings_sql: tuple[tuple[str, str], ...] = ()

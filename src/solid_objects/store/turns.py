@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from ..errors import LeaseLost
 from ..staging import Staged
 from .dialect import Dialect, Tx
-from .rows import Committed, Lease, MessageRow, new_id
+from .rows import MSG_COLS, Committed, Lease, MessageRow, message_row, new_id
 
 #: Longest ``o:`` payload (PostgreSQL refuses a NOTIFY payload of 8,000 bytes or more).
 _MAX_OUTCOME_PAYLOAD = 7900
@@ -57,10 +57,11 @@ def parse_outcome(payload: str) -> tuple[str, str, str | None, str | None] | Non
 
 
 class TurnStatements:
-    """Mixin: needs ``dialect``, ``notify``, ``head_message``, ``write_staged`` and
-    ``_retrying`` from the store."""
+    """Mixin: needs ``dialect``, ``channel``, ``notify``, ``head_message``,
+    ``write_staged`` and ``_retrying`` from the store."""
 
     dialect: Dialect
+    channel: Any  # the store's wake-up channel (a property of Store)
     notify: Callable[[Tx, str], None]
     publish: Callable[[str], None] | None
     head_message: Callable[[Tx, int, int], MessageRow | None]
@@ -119,6 +120,21 @@ class TurnStatements:
         fenced on the mailbox being empty, and the message row is inserted finished.
         """
         assert message.seq is not None
+        if not direct and not staged and self.dialect.writable_cte:
+            return self._finish_in_one(
+                tx,
+                lease,
+                message,
+                status=status,
+                state=state,
+                state_version=state_version,
+                result=result,
+                error=error,
+                attempt=attempt,
+                lease_ms=lease_ms,
+                read_next=read_next,
+                notify_done=notify_done,
+            )
         sql = self._finish_update(write_state=state is not None, direct=direct)
         params = self._fence_params(
             lease, message.seq, state=state, sv=state_version, lease_ms=lease_ms
@@ -167,13 +183,7 @@ class TurnStatements:
             else []
         )
         if notify_done:
-            # Through a broker outside the database (Redis) only the id travels.
-            self.notify(
-                tx,
-                f"d:{message.id}"
-                if self.publish is not None
-                else done_payload(message.id, status, result, error),
-            )
+            self.notify(tx, self._done_notice(message.id, status, result, error))
         head = self.head_message(tx, lease.pk, message.seq + 1) if read_next and more else None
         due_now = [
             (m.id, m.actor_pk)
@@ -181,6 +191,102 @@ class TurnStatements:
             if m.status == "scheduled" and sent.delay_ms <= 0
         ]
         return Committed(head, outbound, due_now)
+
+    def _finish_in_one(
+        self,
+        tx: Tx,
+        lease: Lease,
+        message: MessageRow,
+        *,
+        status: str,
+        state: str | None,
+        state_version: int,
+        result: str | None,
+        error: str | None,
+        attempt: int,
+        lease_ms: int,
+        read_next: bool,
+        notify_done: bool,
+    ) -> Committed:
+        """``finish_turn`` of a turn that staged nothing, as one statement
+        (``Dialect.writable_cte``): the fenced ``UPDATE``, the message's ``UPDATE``, its
+        NOTIFY and the read of the next head cost one round trip instead of four.
+
+        The message is written only ``WHERE EXISTS`` a row of the fence's
+        ``RETURNING``, and the NOTIFY is selected per returned row: a refused fence
+        writes and announces nothing, and :class:`LeaseLost` is raised. All parts of a
+        statement read one snapshot, taken before the fence ``UPDATE`` may have waited
+        for the actor row's lock: when the returned ``next_seq`` counts a message that
+        the snapshot does not show (enqueued meanwhile), the head is read apart.
+        """
+        assert message.seq is not None
+        call = self.dialect.notify_call if notify_done and self.publish is None else None
+        statement = self._one_statement(
+            write_state=state is not None, read_next=read_next, notify_call=call
+        )
+        params = self._fence_params(
+            lease,
+            message.seq,
+            state=state,
+            sv=state_version,
+            lease_ms=lease_ms,
+            id=message.id,
+            status=status,
+            result=result,
+            error=error,
+            attempt=attempt,
+        )
+        if call is not None:
+            params.update(
+                channel=self.channel, payload=self._done_notice(message.id, status, result, error)
+            )
+        row = tx.row(statement, params)
+        if row is None:
+            raise LeaseLost(
+                f"lease on {message.actor_type} {message.actor_id!r} was lost before the commit "
+                f"of message {message.id}"
+            )
+        if notify_done and call is None:  # Redis collects it; without NOTIFY, a no-op
+            self.notify(tx, self._done_notice(message.id, status, result, error))
+        head = None
+        if read_next and int(row[0]) > message.seq + 1:
+            head = (
+                message_row(row, 1)
+                if row[1] is not None
+                else self.head_message(tx, lease.pk, message.seq + 1)
+            )
+        return Committed(head, [], [])
+
+    def _one_statement(self, *, write_state: bool, read_next: bool, notify_call: str | None) -> str:
+        """The data-modifying ``WITH`` of :meth:`_finish_in_one`: one row if the fence
+        held (``next_seq``, then the next head's columns, NULL when none or not asked
+        for), none otherwise."""
+        head = ", ".join(f"h.{c.strip()}" for c in MSG_COLS.split(","))
+        return (
+            "WITH a AS ("
+            + self._finish_update(write_state=write_state, direct=False)
+            + " RETURNING next_seq), m AS (UPDATE {messages} SET status = :status, "
+            "result = :result, error = :error, attempts = :attempt, completed_at = {now} "
+            "WHERE id = :id AND EXISTS (SELECT 1 FROM a)) SELECT a.next_seq"
+            + (f", {head}" if read_next else "")
+            + (f", {notify_call}" if notify_call is not None else "")
+            + " FROM a"
+            + (
+                " LEFT JOIN {messages} h ON a.next_seq > :seq + 1 "
+                "AND h.actor_pk = :pk AND h.seq = :seq + 1"
+                if read_next
+                else ""
+            )
+        )
+
+    def _done_notice(
+        self, message_id: str, status: str, result: str | None, error: str | None
+    ) -> str:
+        """What a finished message announces: through a broker outside the database
+        (Redis) only the id travels."""
+        if self.publish is not None:
+            return f"d:{message_id}"
+        return done_payload(message_id, status, result, error)
 
     def finish_direct(
         self,
