@@ -21,11 +21,11 @@ from sqlalchemy.engine import make_url
 
 from solid_objects import Actor, Runtime
 from solid_objects.errors import MailboxFull
-from solid_objects.store import Enqueued, Store, Tx
+from solid_objects.store import Enqueued, MessageRow, Store, Tx
 from solid_objects.store.mailbox import held_hint
 from solid_objects.store.rows import new_id
 
-from .conftest import count_rows
+from .conftest import BACKENDS, count_rows
 
 
 class EnqueueCounted(Actor):
@@ -299,3 +299,55 @@ def test_the_one_statement_sends_the_payload_by_notify(rt: Runtime) -> None:
             )
         got = [n.payload for n in listen.notifies(timeout=10, stop_after=2)]
     assert got == [held_hint(actor(rt, "notified")["pk"], "other-2")] * 2
+
+
+# --- enqueue_to_held: an actor this process holds (UPDATE ... RETURNING) ------------------
+
+UPDATE_RETURNING = [b for b in BACKENDS if b != "mysql"]  # SQLite 3.35+, PostgreSQL
+#: PostgreSQL: the INSERT reads the UPDATE's RETURNING in one WITH; SQLite: two statements.
+TO_HELD = {"postgresql": 1, "sqlite": 2}
+
+
+def to_held(store: Store, actor_id: str, max_length: int | None = None) -> MessageRow | None:
+    return store.transact(
+        lambda tx: store.enqueue_to_held(
+            tx,
+            message_id=new_id(),
+            actor_type=TYPE,
+            actor_id=actor_id,
+            operation="add",
+            arguments="{}",
+            traceparent="00-tp",
+            max_length=max_length,
+        )
+    )
+
+
+@pytest.mark.parametrize("backend", UPDATE_RETURNING, indirect=True)
+def test_an_enqueue_to_a_held_actor_costs_the_pinned_statements(
+    rt: Runtime, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    existing(rt, "mine")
+    with counted(monkeypatch) as kinds:
+        message = to_held(rt.store, "mine")
+    assert sum(kinds.values()) == TO_HELD[backend], kinds
+    assert message is not None
+    assert (message.seq, message.status, message.traceparent) == (2, "queued", "00-tp")
+    assert message.created_at == message.available_at
+    assert actor(rt, "mine")["next_seq"] == 3
+    with rt.store.read() as tx:
+        stored = rt.store.head_message(tx, message.actor_pk, 2)
+    assert stored is not None
+    assert (stored.id, stored.status, stored.traceparent) == (message.id, "queued", "00-tp")
+    assert (stored.created_at, stored.available_at) == (message.created_at, message.available_at)
+
+
+@pytest.mark.parametrize("backend", UPDATE_RETURNING, indirect=True)
+def test_an_enqueue_to_held_writes_nothing_when_full_or_without_a_row(rt: Runtime) -> None:
+    assert to_held(rt.store, "nobody") is None
+    existing(rt, "brim")
+    assert to_held(rt.store, "brim", max_length=1) is not None
+    before = actor(rt, "brim")
+    assert to_held(rt.store, "brim", max_length=1) is None  # the caller then raises
+    assert actor(rt, "brim") == before
+    assert count_rows(rt, "messages") == 2

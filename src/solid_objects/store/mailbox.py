@@ -154,7 +154,8 @@ class MailboxStatements:
         traceparent: str | None = None,
         max_length: int | None = None,
     ) -> MessageRow | None:
-        """Append to the mailbox of an actor this process already holds: two statements.
+        """Append to the mailbox of an actor this process already holds: two statements,
+        or one where the ``INSERT`` can read the ``UPDATE``'s ``RETURNING`` (PostgreSQL).
 
         No claim is needed, so the sequence number comes from one ``UPDATE ...
         RETURNING`` (where the database has it). None when the actor row does not
@@ -166,11 +167,21 @@ class MailboxStatements:
         full = ""
         if max_length is not None:
             full, params["max"] = " AND next_seq - done_seq - 1 < :max", max_length
-        row = tx.row(
+        update = (
             "UPDATE {actors} SET next_seq = next_seq + 1, ready_at = COALESCE(ready_at, {now}) "
-            "WHERE actor_type = :t AND actor_id = :i" + full + " RETURNING pk, next_seq - 1, {now}",
-            params,
+            "WHERE actor_type = :t AND actor_id = :i" + full + " RETURNING pk, next_seq - 1"
         )
+        if self.dialect.writable_cte:  # the INSERT reads the RETURNING: one statement
+            params.update(id=message_id, op=operation, args=arguments, tp=traceparent)
+            row = tx.row(
+                "WITH u AS (" + update + " AS seq, {now} AS at_ms), "
+                f"m AS (INSERT INTO {{messages}} ({_MESSAGE_COLUMNS}) SELECT :id, pk, :t, :i, "
+                "seq, :op, :args, NULL, 'queued', at_ms, 0, at_ms, :tp, NULL, NULL FROM u) "
+                "SELECT pk, seq, at_ms FROM u",
+                params,
+            )
+        else:
+            row = tx.row(update + ", {now}", params)
         if row is None:
             return None
         pk, seq, now = int(row[0]), int(row[1]), int(row[2])
@@ -178,7 +189,10 @@ class MailboxStatements:
             message_id, pk, actor_type, actor_id, operation, arguments, None, now, traceparent
         )
         message.seq, message.status = seq, "queued"
-        self._insert_message(tx, message, now)
+        if self.dialect.writable_cte:
+            message.created_at = now
+        else:
+            self._insert_message(tx, message, now)
         return message
 
     def enqueue_later(
