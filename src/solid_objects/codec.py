@@ -25,13 +25,18 @@ MAX_OPERATION_LENGTH = 128
 #: epoch milliseconds in a BIGINT, and a larger value would overflow it mid-enqueue.
 MAX_DELAY_SECONDS = 100 * 366 * 86400
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: The one canonical encoder: ``json.dumps`` with these options would build a new
+#: encoder for every value (it keeps no state between calls, so threads share it).
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+#: Types that are finite and have no keys or items to look into: the check stops at once.
+_LEAVES = frozenset({str, int, bool, type(None)})
 
 
 def canonical_json(value: Any) -> str:
     """Encode ``value`` deterministically; refuse NaN and infinities."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return _CANONICAL.encode(value)
 
 
 def encode_json(value: Any, *, what: str, limit: int) -> str:
@@ -40,13 +45,17 @@ def encode_json(value: Any, *, what: str, limit: int) -> str:
         text = canonical_json(value)
     except (TypeError, ValueError) as exc:
         raise InvalidArguments(f"{what} is not JSON: {exc}") from None
-    size = len(text.encode("utf-8", "surrogatepass"))
+    if text.isascii():
+        size, surrogate = len(text), False
+    else:
+        try:
+            size, surrogate = len(text.encode("utf-8")), False
+        except UnicodeEncodeError:
+            size, surrogate = len(text.encode("utf-8", "surrogatepass")), True
     if size > limit:
         raise PayloadTooLarge(f"{what} is {size} bytes; the limit is {limit} bytes")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidArguments(f"{what} holds a lone surrogate; it cannot be stored") from None
+    if surrogate:
+        raise InvalidArguments(f"{what} holds a lone surrogate; it cannot be stored")
     return text
 
 
@@ -58,17 +67,24 @@ def reject_non_finite(value: Any, *, what: str, depth: int = 0) -> None:
     """
     if depth > 200:
         raise InvalidArguments(f"{what} is nested more than 200 levels deep")
+    if type(value) in _LEAVES:
+        return
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise InvalidArguments(f"{what} contains {value!r}, which JSON cannot represent")
     elif isinstance(value, dict):
         _reject_colliding_keys(value, what=what)
+        deep = depth >= 200  # then even a leaf one level down is too deep
         for key, item in value.items():
-            reject_non_finite(key, what=what, depth=depth + 1)  # {nan: 1} dumps as {"None": 1}
-            reject_non_finite(item, what=what, depth=depth + 1)
+            if deep or type(key) not in _LEAVES:  # {nan: 1} dumps as {"None": 1}
+                reject_non_finite(key, what=what, depth=depth + 1)
+            if deep or type(item) not in _LEAVES:
+                reject_non_finite(item, what=what, depth=depth + 1)
     elif isinstance(value, list | tuple | set | frozenset):
+        deep = depth >= 200
         for item in value:
-            reject_non_finite(item, what=what, depth=depth + 1)
+            if deep or type(item) not in _LEAVES:
+                reject_non_finite(item, what=what, depth=depth + 1)
     elif hasattr(value, "__dict__") and not isinstance(value, type):
         for item in vars(value).values():
             reject_non_finite(item, what=what, depth=depth + 1)
@@ -76,7 +92,10 @@ def reject_non_finite(value: Any, *, what: str, depth: int = 0) -> None:
 
 def _reject_colliding_keys(value: dict[Any, Any], *, what: str) -> None:
     """JSON keys are strings: ``{1: "a", "1": "b"}`` would keep only one of the two."""
-    if all(isinstance(key, str) for key in value):
+    for key in value:
+        if not isinstance(key, str):
+            break
+    else:
         return
     seen: set[str] = set()
     for key in value:

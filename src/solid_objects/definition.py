@@ -182,11 +182,14 @@ class Operation:
             raise InvalidArguments(
                 f"{self.name}() takes {len(self.parameters)} arguments, {len(args)} given"
             )
-        values = dict(zip(self.parameters, args, strict=False))
-        for key, value in kwargs.items():
-            if key in values:
-                raise InvalidArguments(f"{self.name}() got multiple values for {key!r}")
-            values[key] = value
+        if args:
+            values = dict(zip(self.parameters, args, strict=False))
+            for key, value in kwargs.items():
+                if key in values:
+                    raise InvalidArguments(f"{self.name}() got multiple values for {key!r}")
+                values[key] = value
+        else:  # keywords only: nothing can be given twice
+            values = dict(kwargs)
         try:
             validated = self.arguments.validate_python(values)
             reject_non_finite(validated, what=f"arguments of {self.name}()")

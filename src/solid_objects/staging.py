@@ -123,8 +123,10 @@ class Staged:
     #: ``absent`` (a cancellation of nothing). For the instrumentation.
     reminder_outcomes: list[str] = field(default_factory=list)
     messages: list[StagedMessage] = field(default_factory=list)
-    #: The running message (``self.current_message``); set by the turn runner.
+    #: The running message (``self.current_message``); set by the turn runner, or
+    #: built by ``describe`` the first time the turn asks (most turns never do).
     message: MessageInfo | None = None
+    describe: Callable[[], MessageInfo] | None = None
     #: What subscribers may see changed (``Observables.changes``), for the broadcast
     #: outbox; only ever set for an actor class that declares observables.
     broadcast: str | None = None
@@ -152,6 +154,8 @@ def current_message() -> MessageInfo:
     """The message the current turn runs (``Actor.current_message``)."""
     staged: Staged | None = getattr(_current, "staged", None)
     message = None if staged is None else staged.message
+    if message is None and staged is not None and staged.describe is not None:
+        message = staged.message = staged.describe()
     if message is None:
         raise NotInTurn(
             "current_message is only available while an operation runs (not in a query, "

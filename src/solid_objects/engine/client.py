@@ -39,6 +39,7 @@ from ..errors import (
     Unauthorized,
     error_from_document,
 )
+from ..observability.events import IGNORE_ENQUEUE
 from ..options import Options
 from ..store import Enqueued, Store, Tx
 from ..store.store import TERMINAL, MessageRow, new_id
@@ -481,9 +482,10 @@ class Client(Waiting):
                     self._enqueueing.discard,
                 )
             except BaseException as exc:
-                failed: Future[Enqueued] = Future()
-                failed.set_exception(exc)
-                observed(failed)
+                if observed is not IGNORE_ENQUEUE:
+                    failed: Future[Enqueued] = Future()
+                    failed.set_exception(exc)
+                    observed(failed)
                 raise
             if ran is None:
                 return False
@@ -491,9 +493,10 @@ class Client(Waiting):
             if outcome is None:  # its commit outlived the deadline: wait() says so
                 return True
             self._enqueueing.discard(message_id)
-            enqueued: Future[Enqueued] = Future()
-            enqueued.set_result(Enqueued(message, existing=False, claimed=None))
-            observed(enqueued)
+            if observed is not IGNORE_ENQUEUE:
+                enqueued: Future[Enqueued] = Future()
+                enqueued.set_result(Enqueued(message, existing=False, claimed=None))
+                observed(enqueued)
             if outcome.kind == "retry":  # recorded as the actor's head, retried by a worker
                 self.waiters.mark(message_id, local=False)
                 self.pool.poller.wake()

@@ -8,6 +8,7 @@ deterministic failure (dead letter at once), or a retryable failure.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import threading
@@ -48,6 +49,8 @@ class Limits:
 
 
 _loops = threading.local()
+#: Results that are never awaitable: no need to ask ``inspect.isawaitable``.
+_PLAIN = frozenset({int, str, float, bool, type(None), dict, list, tuple})
 
 
 def run_coroutine(coro: Any) -> Any:
@@ -92,14 +95,14 @@ def execute(
             deterministic=True,
         )
     staged = Staged(definition, new_id, action_names)
-    staged.message = message_info(message, attempt, int(time.time() * 1000))
+    staged.describe = functools.partial(message_info, message, attempt, int(time.time() * 1000))
     try:
         arguments = operation.decode_arguments(
             message.arguments, offer=is_callback(message.idempotency_key)
         )
         with turn_scope(staged):
             value = operation.function(instance, **arguments)
-            if inspect.isawaitable(value):
+            if type(value) not in _PLAIN and inspect.isawaitable(value):
                 value = run_coroutine(value)
         result = operation.encode_result(value, limit=limits.result_bytes)
         state = definition.dump_state(definition.capture_state(instance), limit=limits.state_bytes)

@@ -106,6 +106,11 @@ def _ignore(_: Future[Any]) -> None:
     pass
 
 
+#: What ``Instrumentation.enqueue`` returns when nobody listens to the enqueue's future:
+#: a caller that gets it back need not build a future only to pass it here.
+IGNORE_ENQUEUE: Callable[[Future[Any]], None] = _ignore
+
+
 class Instrumentation:
     """Receives the engine's events; every method does nothing here.
 
