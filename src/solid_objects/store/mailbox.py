@@ -10,6 +10,7 @@ enters it, in the mailbox's order rule, without overtaking its sender's earlier 
 
 from __future__ import annotations
 
+import copy
 import functools
 import itertools
 from collections.abc import Callable
@@ -70,8 +71,9 @@ def _enqueue_statement(*, claim: bool, limited: bool, notify: bool) -> str:
     the lock), ``u`` the ``UPDATE`` that takes the next seq (and, with ``claim``, the
     lease when it is free: ``take``), ``INSERT`` the message; the final ``SELECT``
     returns the wake-up payload the Python path would choose (NULL: none) and, with
-    ``notify``, sends it. No actor row, or a full mailbox (``limited``): no row
-    locked-and-returned by ``l``, so nothing is written and the caller falls back.
+    ``notify``, sends it; after a claim, also what ``load_claimed`` reads of the actor
+    row. No actor row, or a full mailbox (``limited``): no row locked-and-returned by
+    ``l``, so nothing is written and the caller falls back.
     """
     full = " AND next_seq - done_seq - 1 < :max" if limited else ""
     free = (
@@ -97,8 +99,13 @@ def _enqueue_statement(*, claim: bool, limited: bool, notify: bool) -> str:
             "THEN 1 ELSE 0 END, "  # see claim()
             "updated_at = CASE WHEN c.take THEN c.at_ms ELSE a.updated_at END"
         )
+        # What load_claimed would read after a claim (the row is locked: the same).
+        claimed = (
+            ", CASE WHEN c.take THEN a.state END AS state, a.state_version, a.done_seq, a.attempt"
+        )
+        state = ", state, state_version, done_seq, attempt"
     else:
-        take, payload, lease = "FALSE", hint, ""
+        take, payload, lease, claimed, state = "FALSE", hint, "", "", ""
     wake = ", CASE WHEN payload IS NOT NULL THEN pg_notify(:channel, payload) END" if notify else ""
     return (
         "WITH l AS (SELECT pk, next_seq, lease_owner, lease_expires_at, paused, ready_at, "
@@ -109,10 +116,12 @@ def _enqueue_statement(*, claim: bool, limited: bool, notify: bool) -> str:
         "ready_at = CASE WHEN c.take THEN c.at_ms ELSE COALESCE(a.ready_at, c.at_ms) END"
         + lease
         + " FROM c WHERE a.pk = c.pk RETURNING a.pk, a.next_seq - 1 AS seq, c.at_ms, "
-        f"{payload} AS payload, CASE WHEN c.take THEN a.lease_generation END AS gen), "
+        f"{payload} AS payload, CASE WHEN c.take THEN a.lease_generation END AS gen"
+        + claimed
+        + "), "
         f"m AS (INSERT INTO {{messages}} ({_MESSAGE_COLUMNS}) SELECT :id, pk, :t, :i, seq, :op, "
         ":args, NULL, 'queued', at_ms, 0, at_ms, :tp, NULL, :sender FROM u) "
-        "SELECT pk, seq, at_ms, payload, gen" + wake + " FROM u"
+        "SELECT pk, seq, at_ms, payload, gen" + state + wake + " FROM u"
     )
 
 
@@ -459,7 +468,19 @@ class MailboxStatements:
         claimed = None
         if generation is not None and claim_for is not None:
             lease = Lease(pk, claim_for, params["token"], int(generation))
-            claimed = self.load_claimed(tx, lease)
+            if int(row[7]) + 1 == message.seq:  # the mailbox was empty: ours is the head
+                claimed = Claimed(
+                    lease=lease,
+                    actor_type=actor_type,
+                    actor_id=actor_id,
+                    state=row[5],
+                    state_version=int(row[6]),
+                    done_seq=int(row[7]),
+                    attempt=int(row[8]),
+                    head=copy.copy(message),
+                )
+            else:  # an earlier head: read it now (it may have changed while we waited)
+                claimed = self.load_claimed(tx, lease)
         return Enqueued(message, existing=False, claimed=claimed)
 
     def _insert_message(
