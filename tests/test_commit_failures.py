@@ -26,7 +26,7 @@ from solid_objects.codec import MAX_ID_LENGTH, MAX_OPERATION_LENGTH, MAX_TYPE_LE
 from solid_objects.errors import DatabaseError, InvalidActorDefinition, MessageFailed
 from solid_objects.store import Tx
 from solid_objects.store.schema import build_metadata
-from solid_objects.store.writer import KeyedBatcher
+from solid_objects.store.writer import EnqueueBatcher
 
 from .conftest import count_rows
 from .test_storage_faults import fill, integrity, small_disk
@@ -379,11 +379,11 @@ def test_a_group_commit_that_does_not_fit_on_the_disk_fails_only_the_body_too_bi
 def test_a_refused_enqueue_in_a_hot_actors_batch_fails_alone(
     make_runtime: Callable[..., Runtime],
 ) -> None:
-    """The servers' ``KeyedBatcher``: one caller's statement refused by the database
+    """The servers' ``EnqueueBatcher``: one caller's statement refused by the database
     (a trigger) fails that caller alone; the batch it shared runs again without it."""
     rt = make_runtime(workers=0)
     refuse(rt, "poison_row", "schema", "INSERT", "NEW.name = 'poison'")
-    batcher = KeyedBatcher(rt.store.transact)
+    batcher = EnqueueBatcher(rt.store.transact)
     gate, holding = threading.Event(), threading.Event()
 
     def insert(name: str) -> Callable[[Tx], str]:
@@ -408,7 +408,7 @@ def test_a_refused_enqueue_in_a_hot_actors_batch_fails_alone(
         threads.append(threading.Thread(target=submit, args=(name,)))
         threads[-1].start()
         deadline = time.monotonic() + 10
-        while len(batcher._waiting.get("hot", [])) < n and time.monotonic() < deadline:
+        while len(batcher._waiting) < n and time.monotonic() < deadline:
             time.sleep(0.001)
     gate.set()
     for t in threads:

@@ -15,7 +15,7 @@ import pytest
 from solid_objects import Runtime
 from solid_objects.errors import DatabaseError
 from solid_objects.store import Tx
-from solid_objects.store.writer import KeyedBatcher
+from solid_objects.store.writer import EnqueueBatcher
 
 
 def test_a_body_that_writes_then_raises_leaves_nothing_and_spares_its_batch(
@@ -51,7 +51,7 @@ def test_a_body_that_writes_then_raises_leaves_nothing_and_spares_its_batch(
     rt.close()
 
 
-# --- the servers' batching of one hot key (KeyedBatcher) ---------------------------------
+# --- the servers' batching of one hot key (EnqueueBatcher) ---------------------------------
 
 
 class _FakeCommits:
@@ -77,7 +77,7 @@ class _FakeCommits:
 
 
 def _queue_behind_first(
-    batcher: KeyedBatcher, commits: _FakeCommits, bodies: dict[str, Any]
+    batcher: EnqueueBatcher, commits: _FakeCommits, bodies: dict[str, Any]
 ) -> dict[str, Any]:
     """Submit the first body; once its transaction is in flight, submit the others one
     by one (each queued before the next), then let the transactions run. The futures."""
@@ -94,7 +94,7 @@ def _queue_behind_first(
         threads.append(threading.Thread(target=submit, args=(name,)))
         threads[-1].start()
         deadline = time.monotonic() + 10
-        while len(batcher._waiting.get("hot", [])) < n and time.monotonic() < deadline:
+        while len(batcher._waiting) < n and time.monotonic() < deadline:
             time.sleep(0.001)
     commits.hold.set()
     for t in threads:
@@ -104,12 +104,12 @@ def _queue_behind_first(
 
 def test_callers_of_one_hot_key_share_the_next_transaction_in_arrival_order() -> None:
     commits = _FakeCommits()
-    batcher = KeyedBatcher(commits)
+    batcher = EnqueueBatcher(commits)
     futures = _queue_behind_first(batcher, commits, {str(i): (lambda tx, i=i: i) for i in range(6)})
     assert commits.transactions == [[0], [1, 2, 3, 4, 5]]
     assert [futures[str(i)].result() for i in range(6)] == list(range(6))
     assert commits.threads[0] != commits.threads[1]  # no thread ran two batches
-    assert batcher._waiting == {}
+    assert batcher._waiting == [] and not batcher._busy
 
 
 def test_a_failing_body_fails_alone_and_an_unknown_commit_fails_everyone() -> None:
@@ -120,7 +120,7 @@ def test_a_failing_body_fails_alone_and_an_unknown_commit_fails_everyone() -> No
         raise ValueError("bad input")
 
     commits = _FakeCommits()
-    batcher = KeyedBatcher(commits)
+    batcher = EnqueueBatcher(commits)
     results = _queue_behind_first(batcher, commits, {"first": ok, "a": ok, "b": bad, "c": ok})
     assert results["a"].result() == "ok" and results["c"].result() == "ok"
     with pytest.raises(ValueError):
@@ -129,7 +129,7 @@ def test_a_failing_body_fails_alone_and_an_unknown_commit_fails_everyone() -> No
     assert commits.transactions == [["ok"], ["ok"], ["ok"]]
 
     unknown = DatabaseError("COMMIT failed", None, commit_unknown=True)
-    batcher = KeyedBatcher(_FakeCommits(fail_commit=unknown))
+    batcher = EnqueueBatcher(_FakeCommits(fail_commit=unknown))
     batcher._commit.hold.set()  # type: ignore[attr-defined]
     with pytest.raises(DatabaseError):
         batcher.submit("hot", ok).result()

@@ -384,14 +384,13 @@ class Client(Waiting):
         self.ensure_schema()
         claim = self.pool.running and self.options.workers > 0
 
-        # An actor this process holds: no claim to consider, and its callers' enqueues
-        # may share a transaction (they lock the same row anyway).
-        warm = (
+        # An actor this process holds: no claim to consider (two statements).
+        held = (
             options.idempotency_key is None
             and options.delay <= 0
+            and self.store.dialect.update_returning
             and self.pool.holds_identity(definition.actor_type, actor_id)
         )
-        held = warm and self.store.dialect.update_returning
 
         if observed is None:
             observed = self.pool.instrument.enqueue(
@@ -415,9 +414,11 @@ class Client(Waiting):
             faults.point("enqueue.body")
             return enqueued
 
+        # Every enqueue may share a transaction with others made meanwhile, to any actor
+        # (the servers' group commit, ``EnqueueBatcher``): the key orders the batch.
         future = self._resolved(
             self.store.transact_future(
-                body, isolated=False, key=(definition.actor_type, actor_id) if warm else None
+                body, isolated=False, key=(definition.actor_type, actor_id)
             ),
             message_id,
         )

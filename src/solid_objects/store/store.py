@@ -51,7 +51,7 @@ from .rows import (
     scheduled_message,
 )
 from .turns import TurnStatements
-from .writer import GroupWriter, KeyedBatcher
+from .writer import EnqueueBatcher, GroupWriter
 
 #: The row types and id helpers importers take from here (they now live in ``rows.py``).
 __all__ = [
@@ -129,7 +129,7 @@ class Store(
             if self.dialect.group_commit
             else None
         )
-        self._batcher = KeyedBatcher(self.transact)
+        self._batcher = EnqueueBatcher(self.transact)
 
     # --- plumbing ---------------------------------------------------------------------
 
@@ -208,9 +208,10 @@ class Store(
         """Like :meth:`transact`, without waiting: the future completes after the commit.
 
         Done callbacks may run on the group-commit thread; they must be quick. On the
-        servers (no group-commit thread) the body runs now, in this thread; bodies with
-        the same ``key`` (they lock one actor row) that arrive while one is in flight
-        share the next transaction (``writer.KeyedBatcher``).
+        servers (no group-commit thread) the body runs now, in this thread; bodies given
+        a ``key`` (an enqueue: ``(actor_type, actor_id)``, the actor row it locks) that
+        arrive while another keyed one is in flight share the next transaction, run in
+        the order of their keys (``writer.EnqueueBatcher``).
         """
         if key is not None and self._writer is None:
             return self._batcher.submit(key, body)

@@ -18,12 +18,14 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine
 
+from .. import deadline
 from ..errors import DatabaseError
 from .dialect import Tx
 
@@ -237,92 +239,144 @@ class GroupWriter:
                 future.set_exception(value)
 
 
-class _Keyed:
-    __slots__ = ("batch", "body", "future", "woken")
+class _Enqueue:
+    __slots__ = ("alone", "batch", "body", "deadline", "future", "key", "woken")
 
-    def __init__(self, body: Callable[[Tx], Any]) -> None:
+    def __init__(self, key: Any, body: Callable[[Tx], Any]) -> None:
+        self.key = key
         self.body = body
+        #: The caller's deadline (``solid_objects.deadline``), which its thread carries.
+        self.deadline = deadline.current()
         self.future: Future[Any] = Future()
-        #: Set when this job's batch committed (or failed), or when it must lead one.
+        #: Set when this job's batch committed (or failed), or when it must lead one, or
+        #: run its body alone (``alone``).
         self.woken = threading.Event()
-        self.batch: list[_Keyed] | None = None
+        self.batch: list[_Enqueue] | None = None
+        self.alone = False
 
 
-class KeyedBatcher:
-    """The servers' group commit for one hot key: callers writing to the same actor's
-    mailbox while a transaction for it is in flight join the next one.
+#: Enqueues one batch holds at most: a bounded transaction, locks held briefly.
+MAX_ENQUEUE_BATCH = 64
+#: How long a batch waits for one row lock (seconds) before it gives up and every body
+#: runs alone in its caller's thread: one actor whose row is held long (an application
+#: transaction that enqueued with ``connection=``) must not hold up everybody else.
+BATCH_LOCK_WAIT = 1.0
 
-    Each enqueue locks its actor's row until it commits, so the callers of a hot actor
-    queue on that lock one transaction at a time. Here the first caller runs its
-    transaction; those arriving meanwhile wait, and the first of them then runs all
-    of theirs in one transaction (one lock acquisition, one ``COMMIT``), in arrival
-    order. No thread runs more than one batch. A batch touches one actor row, so it
-    cannot deadlock with anything a single enqueue could not. If the batch fails, each
-    body runs again alone, so only a failing one fails (unless the ``COMMIT`` itself
-    failed: then nobody knows what committed, and every caller gets the error).
+
+class EnqueueBatcher:
+    """The servers' group commit for enqueues: callers enqueueing (to any actor) while
+    an enqueue transaction is in flight join the next one.
+
+    On PostgreSQL and MariaDB every transaction pays a ``COMMIT`` (a WAL flush) and a
+    few round trips, so one process's senders are bound by commits, not by the work.
+    Here the first caller runs its transaction at once; those arriving meanwhile wait,
+    and the first of them then runs up to ``MAX_ENQUEUE_BATCH`` of theirs in one
+    transaction. No thread runs more than one batch, and a lone caller waits for
+    nobody.
+
+    Deadlock-safe: a batch runs its bodies sorted by ``key`` (``(actor_type,
+    actor_id)``: each enqueue locks that actor's row until the commit), so two batches
+    lock actor rows in one order and cannot deadlock with each other; the sort is
+    stable, so enqueues to one actor keep their arrival order. The other writers that
+    lock several actor rows are in ``Store`` (see ``Store.renew``). A deadlock that
+    remains possible (with a worker's commit inserting a ``send_to`` target's row, with
+    a lease renewal) rolls the whole batch back and ``commit`` (``Store.transact``)
+    runs it again from scratch: bodies are functions of the transaction alone.
+
+    Failures: if the batch fails for any other reason (a body raised: a full mailbox,
+    an idempotency conflict, a refused statement; or a lock wait gave up), each body
+    runs again alone in its caller's thread, under that caller's own deadline, so only
+    a failing body fails; unless the ``COMMIT`` itself failed: then nobody knows what
+    committed, and every caller gets the error.
+
+    Deadlines: a batch's lock waits are bounded by the earliest deadline of its callers
+    (``solid_objects.deadline``) and by ``BATCH_LOCK_WAIT``, so no caller waits for a
+    lock past its own deadline because it shared a transaction; a batch that gives up
+    hands each body back to run alone, bounded by its own caller's deadline only.
     """
 
     def __init__(self, commit: Callable[[Callable[[Tx], Any]], Any]) -> None:
         self._commit = commit
         self._lock = threading.Lock()
-        #: Keys with a transaction in flight -> the jobs waiting for the next one.
-        self._waiting: dict[Any, list[_Keyed]] = {}
+        #: Whether a transaction is in flight (then arrivals wait in ``_waiting``).
+        self._busy = False
+        self._waiting: list[_Enqueue] = []
 
     def submit(self, key: Any, body: Callable[[Tx], T]) -> Future[T]:
-        """Run ``body`` in a transaction for ``key``; return once it committed or failed."""
-        job = _Keyed(body)
+        """Run ``body`` in a transaction; return once it committed or failed.
+
+        ``key`` orders the bodies of one batch: the actor whose row ``body`` locks.
+        """
+        job = _Enqueue(key, body)
         with self._lock:
-            queue = self._waiting.get(key)
-            if queue is None:
-                self._waiting[key] = []
-                batch: list[_Keyed] | None = [job]
+            if self._busy:
+                self._waiting.append(job)
+                batch: list[_Enqueue] | None = None
             else:
-                queue.append(job)
-                batch = None
+                self._busy = True
+                batch = [job]
         if batch is None:
             job.woken.wait()
+            if job.alone:
+                self._alone(job)
+                return job.future
             if job.future.done():
                 return job.future
             batch = job.batch
             assert batch is not None
         try:
-            self._run(batch)
+            alone = self._run(batch)
         finally:
             for stranded in batch:  # only if this thread was interrupted mid-batch
-                if not stranded.future.done():
+                if not stranded.future.done() and not stranded.alone:
                     stranded.future.set_exception(RuntimeError("the enqueue was interrupted"))
                 stranded.woken.set()
             with self._lock:
-                following = self._waiting[key]
-                if following:
-                    self._waiting[key] = []
-                else:
-                    del self._waiting[key]
+                following = self._waiting[:MAX_ENQUEUE_BATCH]
+                del self._waiting[:MAX_ENQUEUE_BATCH]
+                if not following:
+                    self._busy = False
             if following:
                 following[0].batch = following
                 following[0].woken.set()
+        if alone:
+            self._alone(job)
         return job.future
 
-    def _run(self, batch: list[_Keyed]) -> None:
-        if len(batch) > 1:
-            try:
-                results = self._commit(lambda tx: [job.body(tx) for job in batch])
-            except DatabaseError as exc:
-                if exc.commit_unknown:
-                    for job in batch:
-                        job.future.set_exception(exc)
-                        job.woken.set()
-                    return
-            except Exception:
-                pass  # run each alone below, so that only a failing body fails
-            else:
-                for job, result in zip(batch, results, strict=True):
-                    job.future.set_result(result)
+    def _alone(self, job: _Enqueue) -> None:
+        """Run one body in a transaction of its own, in its caller's thread."""
+        try:
+            job.future.set_result(self._commit(job.body))
+        except Exception as exc:
+            job.future.set_exception(exc)
+
+    def _run(self, batch: list[_Enqueue]) -> bool:
+        """Commit ``batch`` as one transaction and complete its futures; True when it
+        failed and each body must run alone (the others are woken to do so)."""
+        if len(batch) == 1:
+            self._alone(batch[0])
+            return False
+        ordered = sorted(batch, key=lambda job: job.key)  # stable: arrival order per key
+        deadlines = [d for d in (job.deadline for job in batch) if d is not None]
+        bound = min([*deadlines, time.monotonic() + BATCH_LOCK_WAIT])
+        try:
+            with deadline.bounded(bound):
+                results = self._commit(lambda tx: [job.body(tx) for job in ordered])
+        except DatabaseError as exc:
+            if exc.commit_unknown:
+                for job in batch:
+                    job.future.set_exception(exc)
                     job.woken.set()
-                return
+                return False
+        except Exception:
+            pass  # each runs alone below, so that only a failing body fails
+        else:
+            for job, result in zip(ordered, results, strict=True):
+                job.future.set_result(result)
+                job.woken.set()
+            return False
         for job in batch:
-            try:
-                job.future.set_result(self._commit(job.body))
-            except Exception as exc:
-                job.future.set_exception(exc)
+            job.alone = True
+        for job in batch[1:]:  # the first is this thread's own
             job.woken.set()
+        return True
