@@ -417,9 +417,7 @@ class Client(Waiting):
         # Every enqueue may share a transaction with others made meanwhile, to any actor
         # (the servers' group commit, ``EnqueueBatcher``): the key orders the batch.
         future = self._resolved(
-            self.store.transact_future(
-                body, isolated=False, key=(definition.actor_type, actor_id)
-            ),
+            self.store.transact_future(body, isolated=False, key=(definition.actor_type, actor_id)),
             message_id,
         )
         future.add_done_callback(observed)

@@ -538,14 +538,30 @@ class MailboxStatements:
         promoters of one actor take turns, and whichever comes first enters every
         message due before the one it was asked for: a message never overtakes an
         earlier one of its sender, whoever delivers it (the worker after the commit,
-        the poller, another process after a crash). ``now`` overrides the clock.
+        the poller, another process after a crash). The rows are locked in the order
+        of :meth:`_lock_order`. ``now`` overrides the clock.
         """
         moved = 0
-        for pk in sorted({pk for _, pk in due}):  # one lock order: no deadlock
+        for pk in self._lock_order(tx, {pk for _, pk in due}):
             moved += self._promote_actor(tx, pk, now)
         if moved:
             self.notify(tx, "w")
         return moved
+
+    def _lock_order(self, tx: Tx, pks: set[int]) -> list[int]:
+        """``pks`` in the one order every writer locks several actor rows in: by
+        ``(actor_type, actor_id)``, compared as Python compares strings (the order of a
+        batch of enqueues, ``writer.EnqueueBatcher``), so they cannot deadlock."""
+        if len(pks) < 2:
+            return list(pks)
+        names = ", ".join(f":p{i}" for i in range(len(pks)))
+        rows = tx.rows(
+            f"SELECT pk, actor_type, actor_id FROM {{actors}} WHERE pk IN ({names})",
+            {f"p{i}": pk for i, pk in enumerate(pks)},
+        )
+        found = {int(r[0]): (r[1], r[2]) for r in rows}
+        # a pk with no row (being destroyed) locks nothing: its place does not matter
+        return sorted(pks, key=lambda pk: (pk in found, found.get(pk, ("", "")), pk))
 
     def _promote_actor(self, tx: Tx, pk: int, now: int | None) -> int:
         seq = tx.scalar("SELECT next_seq FROM {actors} WHERE pk = :pk{for_update}", {"pk": pk})

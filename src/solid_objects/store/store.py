@@ -457,6 +457,14 @@ class Store(
 
         Only leases the process still caches: one it dropped (after a failed commit)
         must expire so that any process, this one included, can claim it again.
+
+        It locks many actor rows, which a batch of enqueues (``writer.EnqueueBatcher``)
+        locks too, one by one in ``(actor_type, actor_id)`` order. On PostgreSQL the rows
+        are first locked in that order (``COLLATE "C"`` compares as Python does), so the
+        two cannot deadlock. An ``UPDATE`` locks rows in the order it finds them, and
+        InnoDB locks a ``SELECT ... ORDER BY ... FOR UPDATE``'s rows as it reads them
+        too: on MariaDB a renewal can deadlock with a batch; InnoDB detects it at once
+        and rolls one back, and ``transact`` runs that one again.
         """
         renewed = 0
         for start in range(0, len(pks), 500):
@@ -464,6 +472,13 @@ class Store(
             placeholders = ", ".join(f":p{i}" for i in range(len(chunk)))
             params: dict[str, Any] = {f"p{i}": pk for i, pk in enumerate(chunk)}
             params.update(owner=owner, lease_ms=lease_ms)
+            if self.dialect.name == "postgresql" and len(chunk) > 1:
+                tx.rows(
+                    "SELECT pk FROM {actors} WHERE lease_owner = :owner "
+                    f"AND pk IN ({placeholders}) "
+                    'ORDER BY actor_type COLLATE "C", actor_id COLLATE "C" FOR UPDATE',
+                    params,
+                )
             renewed += tx.run(
                 "UPDATE {actors} SET lease_expires_at = {now} + :lease_ms "
                 f"WHERE lease_owner = :owner AND lease_expires_at > {{now}} "

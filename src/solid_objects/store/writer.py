@@ -368,8 +368,9 @@ class EnqueueBatcher:
                     job.future.set_exception(exc)
                     job.woken.set()
                 return False
-        except Exception:
-            pass  # each runs alone below, so that only a failing body fails
+            log.debug("a batch of %d enqueues failed (%r); each runs alone", len(batch), exc)
+        except Exception as exc:  # each runs alone below, so that only a failing body fails
+            log.debug("a batch of %d enqueues failed (%r); each runs alone", len(batch), exc)
         else:
             for job, result in zip(ordered, results, strict=True):
                 job.future.set_result(result)
