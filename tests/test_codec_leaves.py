@@ -38,6 +38,12 @@ def test_non_finite_values_and_keys_below_plain_leaves_are_refused() -> None:
 
 def test_canonical_json_is_sorted_compact_and_refuses_nan() -> None:
     assert canonical_json({"b": [1, "é"], "a": None}) == '{"a":null,"b":[1,"é"]}'
+    assert [canonical_json(v) for v in (5, -(10**30), True, 1.5)] == [
+        "5",
+        "-" + "1" + "0" * 30,
+        "true",
+        "1.5",
+    ]
     with pytest.raises(ValueError):
         canonical_json(float("nan"))
 

@@ -36,6 +36,8 @@ _LEAVES = frozenset({str, int, bool, type(None)})
 
 def canonical_json(value: Any) -> str:
     """Encode ``value`` deterministically; refuse NaN and infinities."""
+    if type(value) is int:  # a common result: what the encoder writes for an int
+        return int.__repr__(value)
     return _CANONICAL.encode(value)
 
 

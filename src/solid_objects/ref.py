@@ -412,6 +412,9 @@ class Ref(_Actor["Runtime", A]):
             authorization=options.authorization,
             verified=True,
         )
+        outcome = engine.waiters.take(message_id)  # a direct turn: committed already
+        if outcome is not None:
+            return engine.settle(message, outcome)
         return engine.wait(message, options.timeout, deadline)
 
     def _send(
@@ -583,6 +586,9 @@ class AsyncRef(_Actor["AsyncRuntime", A]):
             authorization=options.authorization,
             verified=True,
         )
+        outcome = engine.waiters.take(message_id)  # a direct turn: committed already
+        if outcome is not None:
+            return engine.settle(message, outcome)
         return await engine.wait_async(message, options.timeout, self._runtime._run, deadline)
 
     async def _send(

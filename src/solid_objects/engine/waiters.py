@@ -68,6 +68,24 @@ class Waiters:
         if future is not None and not future.done():
             future.set_result(NUDGE)
 
+    def take(self, message_id: str) -> Outcome | None:
+        """The outcome already handed to ``message_id``'s waiter, forgetting the waiter;
+        None (nothing forgotten) while it has none, or only a nudge or an error.
+
+        A caller whose turn ran in its own thread finds its outcome here at once,
+        without the wait loop (``Waiting.wait``) that would end the same way.
+        """
+        with self._lock:
+            future = self._futures.get(message_id)
+            if future is None or not future.done() or future.exception() is not None:
+                return None
+            outcome = future.result()
+            if outcome is NUDGE:
+                return None
+            del self._futures[message_id]
+            self._where.pop(message_id, None)
+        return outcome
+
     def forget(self, message_id: str) -> None:
         with self._lock:
             self._futures.pop(message_id, None)
