@@ -75,15 +75,16 @@ class Waiters:
         A caller whose turn ran in its own thread finds its outcome here at once,
         without the wait loop (``Waiting.wait``) that would end the same way.
         """
-        with self._lock:
-            future = self._futures.get(message_id)
-            if future is None or not future.done() or future.exception() is not None:
-                return None
-            outcome = future.result()
-            if outcome is NUDGE:
-                return None
-            del self._futures[message_id]
-            self._where.pop(message_id, None)
+        future = self._futures.get(message_id)
+        if future is None or not future.done():
+            return None
+        try:
+            outcome = future.result()  # done: returns (or raises) without waiting
+        except BaseException:
+            return None  # the wait loop raises it
+        if outcome is NUDGE:
+            return None
+        self.forget(message_id)
         return outcome
 
     def forget(self, message_id: str) -> None:
