@@ -340,3 +340,66 @@ def test_a_commit_that_empties_the_mailbox_reads_no_next_head(
     finally:
         sender.close()
         worker.close()
+
+
+#: Gates of GatedTally turns, by name: a turn waits on its gate while it runs.
+GATES: dict[str, threading.Event] = {}
+ENTERED: dict[str, threading.Event] = {}
+
+
+class GatedTally(Actor):
+    n: int = 0
+
+    def step(self, gate: str = "") -> int:
+        if gate:
+            ENTERED[gate].set()
+            assert GATES[gate].wait(STEP)
+        self.n += 1
+        return self.n
+
+
+@pytest.mark.parametrize("backend", POSTGRESQL, indirect=True)
+def test_a_wake_up_during_a_turn_costs_no_head_read_after_its_commit(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ``h:`` that comes while the turn runs is covered by that turn's commit, which
+    returns the new message as the next head: no mailbox read follows (before, the flag
+    it set outlived the commit and the worker read the then empty mailbox once more)."""
+    worker = Runtime(db_url, workers=1, poll_interval=30.0)
+    worker.register(GatedTally)
+    sender = Runtime(db_url, workers=0, call_timeout=STEP)
+    try:
+        worker.install()
+        worker.start()
+        assert worker._listener is not None
+        wait_until(worker._listener.listening.is_set, STEP, "the worker to LISTEN")
+        ref = sender.ref(GatedTally, "gated")
+        assert ref.step.send().wait(STEP) == 1  # the worker holds it from now on
+        pool = worker._pool
+        act = next(iter(pool._activations.values()))
+        wait_until(lambda: act.status == "idle", STEP, "the activation to go idle")
+        reads = [0]
+        head = worker.store.head_message
+
+        def counted_head(*args: Any, **kwargs: Any) -> Any:
+            reads[0] += 1
+            return head(*args, **kwargs)
+
+        monkeypatch.setattr(worker.store, "head_message", counted_head)
+        # The poller signals a held actor with work too (while it polls fast after the
+        # first call), racing with the commits: only the h: wake-ups signal here.
+        monkeypatch.setattr(pool.poller, "poll_once", lambda **_: 0)
+        GATES["g"], ENTERED["g"] = threading.Event(), threading.Event()
+        first = ref.step.send(gate="g")
+        assert ENTERED["g"].wait(STEP)
+        assert reads[0] == 1  # the h: of the first message: its read
+        second = ref.step.send()  # its h: reaches the worker while the turn runs
+        wait_until(lambda: act.check_mailbox, STEP, "the wake-up during the turn")
+        GATES["g"].set()
+        assert first.wait(STEP) == 2 and second.wait(STEP) == 3
+        wait_until(lambda: act.status == "idle", STEP, "the activation to go idle")
+        assert reads[0] == 1, reads  # the first commit returned the second message
+        assert not act.check_mailbox
+    finally:
+        sender.close()
+        worker.close()

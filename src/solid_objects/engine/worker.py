@@ -671,6 +671,14 @@ class WorkerPool(DirectTurns, CommitsApart):
             and (message.seq is None or message.seq + 1 not in act.inbox)
             for i, (act, message, _) in enumerate(pending)
         ]
+        # A commit that reads the mailbox sees every message whose enqueue committed
+        # before it, so a signal received so far (an h: wake-up that came during the
+        # turn) needs no head read after it; one that comes later sets the flag again.
+        # A turn whose commit is refused drops its activation anyway.
+        with self._cond:
+            for (act, _, _), read in zip(pending, read_next, strict=True):
+                if read:
+                    act.check_mailbox = False
 
         started = time.perf_counter()
         try:
