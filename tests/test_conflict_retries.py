@@ -309,11 +309,16 @@ def test_a_postgresql_deadlock_victim_enqueue_runs_again(
 
 
 def _pg_waiting_for_lock(engine: sqlalchemy.Engine) -> bool:
-    """Whether a session of this schema waits for a row lock (the trigger's UPDATE)."""
+    """Whether a session of this schema waits for a row lock (the trigger's UPDATE).
+
+    The enqueue's message INSERT is its own statement, or (PostgreSQL's one-statement
+    enqueue) part of a ``WITH``.
+    """
     with engine.connect() as conn:
         found = conn.exec_driver_sql(
             "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND query LIKE 'INSERT INTO solid_messages%%'"
+            "AND (query LIKE 'INSERT INTO solid_messages%%' "
+            "OR query LIKE 'WITH %%INSERT INTO solid_messages%%')"
         ).scalar()
     return bool(found)
 
