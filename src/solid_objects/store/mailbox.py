@@ -14,7 +14,7 @@ import copy
 import functools
 import itertools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import IdempotencyConflict, MailboxFull
 from .dialect import Dialect, Tx
@@ -72,10 +72,12 @@ def _enqueue_statement(*, claim: bool, limited: bool, notify: bool) -> str:
     lease when it is free: ``take``), ``INSERT`` the message; the final ``SELECT``
     returns the wake-up payload the Python path would choose (NULL: none) and, with
     ``notify``, sends it; after a claim, also what ``load_claimed`` reads of the actor
-    row. No actor row, or a full mailbox (``limited``): no row locked-and-returned by
-    ``l``, so nothing is written and the caller falls back.
+    row. No actor row: no row; a full mailbox (``limited``): a row of NULLs; either way
+    nothing is written and the caller falls back.
     """
-    full = " AND next_seq - done_seq - 1 < :max" if limited else ""
+    # A full mailbox updates nothing but still returns the row (its u columns NULL), so
+    # the caller tells it apart from a missing actor row.
+    full = " AND c.next_seq - c.done_seq - 1 < :max" if limited else ""
     free = (
         "l.paused = 0 AND (l.lease_owner IS NULL OR l.lease_expires_at <= l.at_ms) "
         "AND (l.ready_at IS NULL OR l.ready_at <= l.at_ms)"
@@ -103,25 +105,30 @@ def _enqueue_statement(*, claim: bool, limited: bool, notify: bool) -> str:
         claimed = (
             ", CASE WHEN c.take THEN a.state END AS state, a.state_version, a.done_seq, a.attempt"
         )
-        state = ", state, state_version, done_seq, attempt"
+        state = ", u.state, u.state_version, u.done_seq, u.attempt"
     else:
         take, payload, lease, claimed, state = "FALSE", hint, "", "", ""
-    wake = ", CASE WHEN payload IS NOT NULL THEN pg_notify(:channel, payload) END" if notify else ""
+    wake = ", CASE WHEN u.payload IS NOT NULL THEN pg_notify(:channel, u.payload) END"
     return (
-        "WITH l AS (SELECT pk, next_seq, lease_owner, lease_expires_at, paused, ready_at, "
-        "lease_generation, {now} AS at_ms FROM {actors} "
-        "WHERE actor_type = :t AND actor_id = :i" + full + " FOR UPDATE), "
+        "WITH l AS (SELECT pk, next_seq, done_seq, lease_owner, lease_expires_at, paused, "
+        "ready_at, lease_generation, {now} AS at_ms FROM {actors} "
+        "WHERE actor_type = :t AND actor_id = :i FOR UPDATE), "
         f"c AS (SELECT l.*, {take} AS take FROM l), "
         "u AS (UPDATE {actors} a SET next_seq = a.next_seq + 1, "
         "ready_at = CASE WHEN c.take THEN c.at_ms ELSE COALESCE(a.ready_at, c.at_ms) END"
         + lease
-        + " FROM c WHERE a.pk = c.pk RETURNING a.pk, a.next_seq - 1 AS seq, c.at_ms, "
+        + " FROM c WHERE a.pk = c.pk"
+        + full
+        + " RETURNING a.pk, a.next_seq - 1 AS seq, c.at_ms, "
         f"{payload} AS payload, CASE WHEN c.take THEN a.lease_generation END AS gen"
         + claimed
         + "), "
         f"m AS (INSERT INTO {{messages}} ({_MESSAGE_COLUMNS}) SELECT :id, pk, :t, :i, seq, :op, "
         ":args, NULL, 'queued', at_ms, 0, at_ms, :tp, NULL, :sender FROM u) "
-        "SELECT pk, seq, at_ms, payload, gen" + state + wake + " FROM u"
+        "SELECT u.pk, u.seq, u.at_ms, u.payload, u.gen"
+        + state
+        + (wake if notify else "")
+        + (" FROM c LEFT JOIN u ON TRUE" if limited else " FROM u")
     )
 
 
@@ -309,24 +316,28 @@ class MailboxStatements:
         statement); a duplicate of a keyed message is answered first, never refused.
 
         Where the database has data-modifying ``WITH`` (PostgreSQL), an unkeyed message
-        due now to an existing actor is all one statement (:func:`_enqueue_statement`);
-        anything else, or a statement that wrote nothing, takes the path below.
+        due now is one statement (:func:`_enqueue_statement`; for a new actor, after the
+        ``INSERT`` of its row); anything else, or a full mailbox (the statement wrote
+        nothing), takes the path below.
         """
         if self.dialect.writable_cte and idempotency_key is None and delay_ms <= 0:
-            done = self._enqueue_in_one(
-                tx,
-                message_id=message_id,
-                actor_type=actor_type,
-                actor_id=actor_id,
-                operation=operation,
-                arguments=arguments,
-                claim_for=claim_for,
-                lease_ms=lease_ms,
-                traceparent=traceparent,
-                max_length=max_length,
-                sender=sender,
-            )
-            if done is not None:
+            fields: dict[str, Any] = {
+                "message_id": message_id,
+                "actor_type": actor_type,
+                "actor_id": actor_id,
+                "operation": operation,
+                "arguments": arguments,
+                "claim_for": claim_for,
+                "lease_ms": lease_ms,
+                "traceparent": traceparent,
+                "max_length": max_length,
+                "sender": sender,
+            }
+            done = self._enqueue_in_one(tx, **fields)
+            if done == "missing":  # a new actor: its row, then the same one statement
+                tx.run(self._insert_actor(), {"t": actor_type, "i": actor_id})
+                done = self._enqueue_in_one(tx, **fields)
+            if isinstance(done, Enqueued):
                 return done
         row = self._lock_actor(tx, actor_type, actor_id)
         pk, next_seq, done_seq, owner, expires, paused, ready_at, generation, now = row
@@ -420,9 +431,9 @@ class MailboxStatements:
         traceparent: str | None,
         max_length: int | None,
         sender: str | None,
-    ) -> Enqueued | None:
-        """:meth:`enqueue` in one round trip; None when it wrote nothing (no actor row,
-        or a full mailbox): :meth:`enqueue`'s own path then inserts the row or raises.
+    ) -> Enqueued | Literal["missing", "full"]:
+        """:meth:`enqueue` in one round trip, or what kept it from writing anything: no
+        actor row, or a full mailbox (:meth:`enqueue`'s own path then raises).
 
         The payload is sent by the statement itself unless wake-ups go through a
         ``publish`` hook (Redis), which collects it here, like :meth:`notify`.
@@ -448,7 +459,9 @@ class MailboxStatements:
         )
         row = tx.row(statement, params)
         if row is None:
-            return None
+            return "missing"
+        if row[1] is None:
+            return "full"
         pk, now, payload, generation = int(row[0]), int(row[2]), row[3], row[4]
         message = scheduled_message(
             message_id,
