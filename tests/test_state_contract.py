@@ -327,3 +327,43 @@ def test_a_callback_after_destroy_does_not_recreate_the_incarnation(
     assert rt.ref(Emitter, "e").poke.send() is not None
     rt.testing.drain()
     assert rt.ref(Emitter, "e").snapshot() == {"log": ["poke"]}
+
+
+class _Count(int):
+    pass
+
+
+class _Label(str):
+    pass
+
+
+class ScalarStateReload(Actor):
+    """Only plain int/str/bool fields: the turn skips the reload when they hold exactly those."""
+
+    n: int = 0
+    label: str = ""
+    flag: bool = False
+
+    def set_subclasses(self) -> None:
+        self.n = _Count(5)
+        self.label = _Label("x")
+        self.flag = True
+
+    def kinds(self) -> list[str]:
+        return [type(self.n).__name__, type(self.label).__name__, type(self.flag).__name__]
+
+    def bump(self) -> int:
+        self.n += 1
+        return self.n
+
+
+def test_plain_scalar_state_after_a_turn_holds_exactly_what_a_reload_gives(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    definition = ScalarStateReload.__solid_definition__
+    assert definition._scalars == {"n": int, "label": str, "flag": bool}  # the shortcut applies
+    with make_runtime(workers=1) as rt:
+        ref = rt.ref(ScalarStateReload, "s")
+        ref.set_subclasses()
+        cached = [ref.kinds(), ref.bump(), ref.kinds()]
+    assert cached == [["int", "str", "bool"], 6, ["int", "str", "bool"]]

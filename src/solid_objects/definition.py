@@ -259,6 +259,12 @@ class ActorDefinition:
     observables: Observables | None = None
 
     RESERVED: ClassVar[frozenset[str]] = RESERVED_NAMES
+    #: Each state field's Python type when every field is a plain ``int``, ``str`` or
+    #: ``bool`` (no constraint, no validator); None otherwise. See :meth:`reload_into`.
+    _scalars: dict[str, type] | None = field(init=False, default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._scalars = _scalar_fields(self.state)
 
     def operation(self, name: str) -> Operation | None:
         return self.operations.get(name)
@@ -319,7 +325,14 @@ class ActorDefinition:
         A turn may leave values the commit coerces (``"b"`` for an Enum, a list for a
         tuple): without this the cached activation would run its next turn on values
         that differ from the committed ones, and behave unlike a reloaded actor.
+        When every field is a plain int, str or bool and holds exactly that type,
+        ``text`` is their own encoding and a reload gives the same values back.
         """
+        scalars = self._scalars
+        if scalars is not None and all(
+            type(getattr(instance, name, None)) is kind for name, kind in scalars.items()
+        ):
+            return
         for name, value in self._hydrate(json.loads(text)).items():
             setattr(instance, name, value)
 
@@ -351,6 +364,23 @@ class ActorDefinition:
         for name, value in state.items():
             setattr(instance, name, value)
         return instance
+
+
+_SCALAR_SCHEMAS: dict[str, type] = {"int": int, "str": str, "bool": bool}
+
+
+def _scalar_fields(state: TypeAdapter[Any]) -> dict[str, type] | None:
+    """The state fields' types if each is exactly a plain int, str or bool schema."""
+    schema = state.core_schema
+    if schema.get("type") != "typed-dict" or schema.get("computed_fields"):
+        return None
+    found: dict[str, type] = {}
+    for name, spec in schema["fields"].items():
+        kind = _SCALAR_SCHEMAS.get(spec["schema"].get("type"))
+        if kind is None or set(spec["schema"]) != {"type"} or not spec.get("required", True):
+            return None
+        found[name] = kind
+    return found
 
 
 def _is_classvar(annotation: Any) -> bool:
