@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from solid_objects import Actor, Runtime
-from solid_objects.errors import IdempotencyConflict, MailboxFull
+from solid_objects import Actor, Runtime, deadline
+from solid_objects.errors import DatabaseError, IdempotencyConflict, MailboxFull
 from solid_objects.store import Store, writer
 from solid_objects.store.writer import EnqueueBatcher
 from tests.apps.batchapp import BatchTopologyLog
@@ -156,6 +156,51 @@ def test_a_batch_runs_sorted_by_key_keeping_arrival_order_per_key() -> None:
     assert names == [f"{k[0]}{k[1]}#{n}" for n, k in enumerate(arrivals)]
     assert ran == [["first"], ["a1#4", "a9#2", "a9#5", "b0#1", "b0#3", "b1#0"]]
     pool.shutdown()
+
+
+def test_a_batch_waits_no_longer_than_its_earliest_caller_and_then_each_runs_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The batch's transaction runs under the earliest deadline of its callers; when it
+    fails (here: a lock wait that gave up), each body runs alone in its caller's own
+    thread, under that caller's own deadline."""
+    monkeypatch.setattr(writer, "BATCH_LOCK_WAIT", 1000.0)
+    calls: list[tuple[float | None, Any]] = []
+    hold, holding = threading.Event(), threading.Event()
+
+    def commit(body: Any) -> Any:
+        if not calls and not holding.is_set():
+            holding.set()
+            assert hold.wait(STEP)
+        result = body(None)
+        calls.append((deadline.current(), result))
+        if isinstance(result, list):
+            raise DatabaseError("LockNotAvailable: canceling statement", None)
+        return result
+
+    batcher = EnqueueBatcher(commit)
+    now = time.monotonic()
+    deadlines = {"first": None, "a": now + 300, "b": now + 200, "c": None}
+    threads: dict[str, int] = {}
+
+    def submit(name: str) -> Any:
+        threads[name] = threading.get_ident()
+        with deadline.bounded(deadlines[name]):
+            return batcher.submit(name, lambda tx: (name, threading.get_ident())).result()
+
+    pool = ThreadPoolExecutor(4)
+    futures = {"first": pool.submit(submit, "first")}
+    assert holding.wait(STEP)
+    for n, name in enumerate("abc", start=1):
+        futures[name] = pool.submit(submit, name)
+        wait_until(lambda n=n: len(batcher._waiting) >= n, "queued")
+    hold.set()
+    results = {name: f.result(STEP) for name, f in futures.items()}
+    pool.shutdown()
+    assert all(results[name] == (name, threads[name]) for name in results)
+    assert calls[1] == (now + 200, [(name, threads["a"]) for name in "abc"])  # the batch
+    alone = {result[0]: bound for bound, result in calls[2:]}
+    assert alone == {"a": now + 300, "b": now + 200, "c": None}
 
 
 # --- (a) batches on the servers ------------------------------------------------------

@@ -84,7 +84,9 @@ class Poller:
                 # being adopted right now (by the enqueue that claimed it), or was
                 # dropped after a failed commit and is left to expire.
                 pool.signal(r.pk)
-        claimable = claimable[:capacity]
+        # Claimed in the order every writer of several actor rows locks them in (a
+        # batch of enqueues, ``store.writer.EnqueueBatcher``): no deadlock with one.
+        claimable = sorted(claimable[:capacity], key=lambda r: r.key)
         # Work another process sent to an idle actor we hold counts as found: more may
         # follow, so keep polling fast. (A signal to a running actor does not count, or
         # the poller would spin through a long turn.)

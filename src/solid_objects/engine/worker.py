@@ -655,10 +655,9 @@ class WorkerPool(DirectTurns, CommitsApart):
         turn alone (its fence UPDATE changes no row, so it wrote nothing) and shows
         as None, and its activation is dropped; the others commit.
 
-        The turns are committed (``pending`` is sorted in place) in the order every
-        writer of several actor rows locks them in, ``(actor_type, actor_id)``, so this
-        commit cannot deadlock with a batch of enqueues (``store.writer.EnqueueBatcher``)
-        or another worker's commit; the sort is stable, so a chain stays in order.
+        ``pending`` is sorted in place (stably: a chain keeps its order) by
+        ``(actor_type, actor_id)``, the one order every writer of several actor rows
+        locks them in, so it cannot deadlock with a batch of enqueues.
         """
         pending.sort(key=lambda turn: (turn[0].actor_type, turn[0].actor_id))
         for act, _, outcome in pending:

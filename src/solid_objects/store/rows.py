@@ -110,6 +110,8 @@ class ReadyActor:
     pk: int
     lease_owner: str | None
     lease_generation: int
+    #: ``(actor_type, actor_id)``: the order in which several claims lock actor rows.
+    key: tuple[str, str] = ("", "")
 
 
 @dataclass(frozen=True, slots=True)

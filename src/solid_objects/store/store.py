@@ -368,14 +368,14 @@ class Store(
         params.update(owner=owner, limit=limit, ready_now=now_ms)
         rows = tx.rows(
             "SELECT pk, CASE WHEN lease_expires_at <= {now} THEN NULL ELSE lease_owner END, "
-            "lease_generation FROM {actors} "
+            "lease_generation, actor_type, actor_id FROM {actors} "
             f"WHERE {_head_due(now_ms)} AND paused = 0 AND (lease_owner IS NULL "
             "OR lease_expires_at <= {now} OR lease_owner = :owner) "
             f"AND {self.dialect.unindexed('actor_type')} IN ({names}) "
             "ORDER BY ready_at LIMIT :limit",
             params,
         )
-        return [ReadyActor(int(r[0]), r[1], int(r[2])) for r in rows]
+        return [ReadyActor(int(r[0]), r[1], int(r[2]), (r[3], r[4])) for r in rows]
 
     def claim(
         self,

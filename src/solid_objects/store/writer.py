@@ -278,10 +278,12 @@ class EnqueueBatcher:
     actor_id)``: each enqueue locks that actor's row until the commit), so two batches
     lock actor rows in one order and cannot deadlock with each other; the sort is
     stable, so enqueues to one actor keep their arrival order. The other writers that
-    lock several actor rows are in ``Store`` (see ``Store.renew``). A deadlock that
-    remains possible (with a worker's commit inserting a ``send_to`` target's row, with
-    a lease renewal) rolls the whole batch back and ``commit`` (``Store.transact``)
-    runs it again from scratch: bodies are functions of the transaction alone.
+    lock several actor rows use the same order: ``promote``, a worker's commit of
+    several actors' turns, the poller's claims, the lease renewal on PostgreSQL
+    (``Store.renew``). A deadlock that remains possible (with a worker's commit
+    inserting a ``send_to`` target's row, with a renewal on MariaDB) rolls the whole
+    batch back and ``commit`` (``Store.transact``) runs it again from scratch: bodies
+    are functions of the transaction alone.
 
     Failures: if the batch fails for any other reason (a body raised: a full mailbox,
     an idempotency conflict, a refused statement; or a lock wait gave up), each body
