@@ -22,7 +22,9 @@ from typing import Any
 import pytest
 
 from solid_objects import Actor, Rejected, Runtime
+from solid_objects.store import mailbox
 from solid_objects.store.dialect import Tx
+from solid_objects.store.hints import message_fields, message_hint, parse_message_hint
 from solid_objects.store.mailbox import held_hint, parse_held_hint
 from solid_objects.store.turns import done_payload, parse_outcome
 from tests.apps.procapp import AppendLog
@@ -92,7 +94,11 @@ def test_an_enqueue_to_a_held_actor_names_its_owner_and_one_to_a_free_actor_wake
                 "SELECT pk FROM {actors} WHERE actor_type = :t AND actor_id = :i",
                 {"t": "HeldHintCounter", "i": "held"},
             )
-        assert payloads == [held_hint(int(pk), holder.owner), "w"]
+        # The message fits: m: carries it to the owner (h: only when it is too large).
+        assert payloads[1] == "w" and payloads[0].startswith(f"m:{pk}:{holder.owner}:")
+        carried = parse_message_hint(payloads[0], holder.owner)
+        assert carried is not None and carried[0] == int(pk)
+        assert carried[1] is not None and carried[1].operation == "add"
     finally:
         sender.close()
         holder.close()
@@ -325,6 +331,8 @@ def test_a_commit_that_empties_the_mailbox_reads_no_next_head(
 
         monkeypatch.setattr(worker.store, "finish_turn", counted_finish)
         monkeypatch.setattr(worker.store, "head_message", counted_head)
+        # h: wake-ups, read by the worker (m: would carry the message: no read to see).
+        monkeypatch.setattr(mailbox, "message_fields", lambda *_: None)
         ref = sender.ref(OutcomeCarrier, "emptied")
         assert [ref.add.send().wait(STEP)["n"] for _ in range(5)] == [2, 3, 4, 5, 6]
         assert reads[0] == 0, reads  # the commits read no next head...
@@ -389,6 +397,8 @@ def test_a_wake_up_during_a_turn_costs_no_head_read_after_its_commit(
         # The poller signals a held actor with work too (while it polls fast after the
         # first call), racing with the commits: only the h: wake-ups signal here.
         monkeypatch.setattr(pool.poller, "poll_once", lambda **_: 0)
+        # h: wake-ups (a message too large to carry): m: would need no read at all.
+        monkeypatch.setattr(mailbox, "message_fields", lambda *_: None)
         GATES["g"], ENTERED["g"] = threading.Event(), threading.Event()
         first = ref.step.send(gate="g")
         assert ENTERED["g"].wait(STEP)
@@ -403,3 +413,177 @@ def test_a_wake_up_during_a_turn_costs_no_head_read_after_its_commit(
     finally:
         sender.close()
         worker.close()
+
+
+# --- the message carried in the wake-up (m:) ---------------------------------------------
+
+
+class CarriedNote(Actor):
+    notes: list[str] = []
+
+    def note(self, text: str = "") -> int:
+        self.notes = [*self.notes, text[:8]]
+        return len(self.notes)
+
+
+def test_message_hint_round_trips_and_refuses_malformed_fields() -> None:
+    fields = message_fields("id1", "T", "a:b", "op", '{"x":"\u00e9"}', None, "tp", None)
+    assert fields is not None and fields.isascii()
+    payload = message_hint(7, "123-ab:cd", 3, 1000, fields)
+    assert parse_message_hint(payload, "123-xy") is None  # another owner's: ignored
+    assert parse_message_hint(payload, "9-ab:cd") is None
+    pk, message = parse_message_hint(payload, "123-ab:cd") or (None, None)
+    assert pk == 7 and message is not None
+    assert (message.id, message.actor_id, message.seq, message.arguments) == (
+        "id1",
+        "a:b",
+        3,
+        '{"x":"\u00e9"}',
+    )
+    assert (message.status, message.available_at, message.created_at) == ("queued", 1000, 1000)
+    for bad in ("[1]", "{", '["a","b","c","d",5,null,null,null]', ""):
+        assert parse_message_hint(f"m:7:o:3:1000:{bad}", "o") == (7, None)
+    assert parse_message_hint("m:7:o:x:1000:" + fields, "o") == (7, None)
+    assert parse_message_hint("m:x:o:3:1000:" + fields, "o") == (None, None)
+    assert message_fields("id", "T", "a", "op", '"' + "x" * 8000 + '"', None, None, None) is None
+
+
+def carried_setup(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, actor_id: str, **options: Any
+) -> tuple[Runtime, Runtime, Runtime, list[int], dict[str, int]]:
+    """An owner holding ``actor_id`` (idle), another worker runtime and a caller-only one;
+    the owner's head reads and both pollers' wake-ups are counted, their polls stopped."""
+    owner = Runtime(db_url, workers=1, poll_interval=30.0, **options)
+    other = Runtime(db_url, workers=1, poll_interval=30.0, **options)
+    sender = Runtime(db_url, workers=0, call_timeout=STEP, **options)
+    for rt in (owner, other):
+        rt.register(CarriedNote)
+    owner.install()
+    owner.start()
+    assert owner.ref(CarriedNote, actor_id).note(text="first") == 1  # the owner holds it
+    other.start()
+    for rt in (owner, other):
+        if rt._listener is not None:
+            wait_until(rt._listener.listening.is_set, STEP, "the listener")
+    act = next(a for a in owner._pool._activations.values() if a.actor_id == actor_id)
+    wait_until(lambda: act.status == "idle", STEP, "the activation to go idle")
+    reads, inside = [0], threading.local()  # reads outside a commit (MySQL's read the next)
+    head, finish = owner.store.head_message, owner.store.finish_turn
+
+    def counted_head(*args: Any, **kwargs: Any) -> Any:
+        reads[0] += not getattr(inside, "on", False)
+        return head(*args, **kwargs)
+
+    def marked_finish(*args: Any, **kwargs: Any) -> Any:
+        inside.on = True
+        try:
+            return finish(*args, **kwargs)
+        finally:
+            inside.on = False
+
+    monkeypatch.setattr(owner.store, "head_message", counted_head)
+    monkeypatch.setattr(owner.store, "finish_turn", marked_finish)
+    woken = {"owner": 0, "other": 0}
+    for name, rt in (("owner", owner), ("other", other)):
+        monkeypatch.setattr(rt._pool.poller, "poll_once", lambda **_: 0)
+        monkeypatch.setattr(
+            rt._pool.poller, "wake", lambda n=name: woken.__setitem__(n, woken[n] + 1)
+        )
+    return owner, other, sender, reads, woken
+
+
+def notes_of(rt: Runtime, actor_id: str) -> list[str]:
+    return list(rt.ref(CarriedNote, actor_id).snapshot()["notes"])
+
+
+def test_the_owner_runs_a_carried_message_with_no_head_read(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``m:`` hands the message to the owner's inbox (no read); another process ignores
+    it; a message too large for it is announced as ``h:`` and read; a malformed ``m:``
+    makes the owner read the mailbox."""
+    owner, other, sender, reads, woken = carried_setup(db_url, monkeypatch, "carried")
+    try:
+        payloads: list[str] = []
+        sender.store.publish = payloads.append  # the payloads, delivered by hand below
+        signals = [0]
+        other_signal = other._pool.signal
+
+        def counted_signal(*args: Any, **kwargs: Any) -> bool:
+            signals[0] += 1
+            return other_signal(*args, **kwargs)
+
+        monkeypatch.setattr(other._pool, "signal", counted_signal)
+        ref = sender.ref(CarriedNote, "carried")
+
+        def deliver(reference: Any) -> Any:
+            wait_until(lambda: len(payloads) == 1, STEP, "the enqueue to publish")
+            payload = payloads.pop()
+            other._on_notification(payload)
+            owner._on_notification(payload)
+            return payload, reference
+
+        payload, second = deliver(ref.note.send(text="second"))
+        assert payload.startswith("m:")
+        assert second.wait(STEP) == 2
+        assert reads[0] == 0  # taken from the payload
+        assert signals[0] == 0 and woken == {"owner": 0, "other": 0}
+
+        payload, third = deliver(ref.note.send(text="x" * 8000))  # too large to carry
+        assert payload.startswith("h:")
+        assert third.wait(STEP) == 3
+        assert reads[0] == 1
+
+        wait_until(lambda: len(payloads) == 0, STEP, "nothing pending")
+        fourth = ref.note.send(text="fourth")
+        wait_until(lambda: len(payloads) == 1, STEP, "the enqueue to publish")
+        good = payloads.pop()
+        head, _, _ = good.rpartition(":")  # the fields' JSON holds colons: cut in it
+        owner._on_notification(good[: good.index(":[") + 1] + '["broken"]')
+        assert fourth.wait(STEP) == 4
+        assert reads[0] == 2 and head  # malformed: the owner read the mailbox
+        assert notes_of(owner, "carried") == ["first", "second", "x" * 8, "fourth"]
+        assert woken == {"owner": 0, "other": 0}
+    finally:
+        sender.close()
+        other.close()
+        owner.close()
+
+
+@pytest.mark.parametrize("backend", POSTGRESQL, indirect=True)
+def test_a_message_notified_to_its_owner_costs_no_head_read(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: the one-statement enqueue's NOTIFY carries the message itself."""
+    owner, other, sender, reads, woken = carried_setup(db_url, monkeypatch, "notified")
+    try:
+        ref = sender.ref(CarriedNote, "notified")
+        assert [ref.note.send(text=f"n{i}").wait(STEP) for i in range(5)] == [2, 3, 4, 5, 6]
+        assert reads[0] == 0, reads
+        assert ref.note.send(text="y" * 8000).wait(STEP) == 7  # h:, then a read
+        assert reads[0] == 1, reads
+        assert woken == {"owner": 0, "other": 0}
+    finally:
+        sender.close()
+        other.close()
+        owner.close()
+
+
+def test_a_message_published_to_its_owner_costs_no_head_read(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, redis_server: RedisServer
+) -> None:
+    """Redis: the payload published after the enqueue's commit carries the message."""
+    owner, other, sender, reads, woken = carried_setup(
+        db_url, monkeypatch, "published", wakeup_url=redis_server.url
+    )
+    try:
+        ref = sender.ref(CarriedNote, "published")
+        assert [ref.note.send(text=f"n{i}").wait(STEP) for i in range(5)] == [2, 3, 4, 5, 6]
+        assert reads[0] == 0, reads
+        assert ref.note.send(text="y" * 8000).wait(STEP) == 7  # h:, then a read
+        assert reads[0] == 1, reads
+        assert woken == {"owner": 0, "other": 0}
+    finally:
+        sender.close()
+        other.close()
+        owner.close()

@@ -42,6 +42,7 @@ from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref, resolve
 from .registry import NamedHandlers, Registry
 from .store import Store
 from .store.broadcasts import parse_hint
+from .store.hints import parse_message_hint
 from .store.mailbox import parse_held_hint
 from .store.store import new_owner
 from .store.turns import parse_outcome
@@ -269,6 +270,13 @@ class Runtime:
             identity = parse_hint(payload)
             if identity is not None:
                 self._pool.broadcasted(*identity)
+        elif payload.startswith("m:"):
+            # A new message for an actor whose lease one process holds, carried to it.
+            carried = parse_message_hint(payload, self._pool.owner)
+            if carried is not None:
+                pk, message = carried
+                if pk is None or not self._pool.signal(pk, message):
+                    self._pool.poller.wake()
         elif (held := parse_held_hint(payload)) is not None:
             # New work for an actor whose lease one process holds: only that one acts.
             pk, owner = held

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from ..errors import IdempotencyConflict, MailboxFull
 from .dialect import Dialect, Tx
+from .hints import message_fields, message_hint
 from .rows import (
     MSG_COLS,
     Claimed,
@@ -70,10 +71,11 @@ def _enqueue_statement(*, claim: bool, limited: bool, notify: bool) -> str:
     ``l`` is ``_lock_actor``'s ``SELECT ... FOR UPDATE`` (its one ``{now}`` read after
     the lock), ``u`` the ``UPDATE`` that takes the next seq (and, with ``claim``, the
     lease when it is free: ``take``), ``INSERT`` the message; the final ``SELECT``
-    returns the wake-up payload the Python path would choose (NULL: none) and, with
-    ``notify``, sends it; after a claim, also what ``load_claimed`` reads of the actor
-    row. No actor row: no row; a full mailbox (``limited``): a row of NULLs; either way
-    nothing is written and the caller falls back.
+    returns the wake-up payload the Python path would choose (NULL: none; ``m:``
+    carries the message, see ``hints``) and, with ``notify``, sends it; after a claim,
+    also what ``load_claimed`` reads of the actor row. No actor row: no row; a full
+    mailbox (``limited``): a row of NULLs; either way nothing is written and the caller
+    falls back.
     """
     # A full mailbox updates nothing but still returns the row (its u columns NULL), so
     # the caller tells it apart from a missing actor row.
@@ -86,7 +88,14 @@ def _enqueue_statement(*, claim: bool, limited: bool, notify: bool) -> str:
         "c.lease_owner IS NOT NULL AND c.lease_expires_at > c.at_ms AND c.paused = 0 "
         "AND (c.ready_at IS NULL OR c.ready_at <= c.at_ms)"
     )
-    hint = f"CASE WHEN {held} THEN 'h:' || CAST(c.pk AS TEXT) || ':' || c.lease_owner ELSE 'w' END"
+    # m: with the message's fields when the caller found they fit (hints.message_fields),
+    # else h: (the concatenation with a NULL :fields is NULL). c.next_seq is the new seq.
+    owned = "CAST(c.pk AS TEXT) || ':' || c.lease_owner"
+    carried = (
+        f"'m:' || {owned} || ':' || CAST(c.next_seq AS TEXT) || ':' || CAST(c.at_ms AS TEXT) "
+        "|| ':' || CAST(:fields AS TEXT)"
+    )
+    hint = f"CASE WHEN {held} THEN COALESCE({carried}, 'h:' || {owned}) ELSE 'w' END"
     if claim:
         # Our own lease that we may not take (paused, backing off): no wake-up, as before.
         take = f"COALESCE({free}, FALSE)"
@@ -413,9 +422,27 @@ class MailboxStatements:
                 and (ready_at is None or int(ready_at) <= now)
                 and message.seq is not None
             )
-            self.notify(tx, held_hint(pk, str(owner)) if held else "w")
+            self.notify(tx, self._held_payload(message, str(owner), now) if held else "w")
         claimed = None if lease is None else self.load_claimed(tx, lease)
         return Enqueued(message, existing=False, claimed=claimed)
+
+    @staticmethod
+    def _held_payload(message: MessageRow, owner: str, now: int) -> str:
+        """``m:`` carrying ``message`` to the lease's ``owner`` when it fits, else ``h:``."""
+        fields = message_fields(
+            message.id,
+            message.actor_type,
+            message.actor_id,
+            message.operation,
+            message.arguments,
+            message.idempotency_key,
+            message.traceparent,
+            message.sender,
+        )
+        assert message.seq is not None
+        if fields is None:
+            return held_hint(message.actor_pk, owner)
+        return message_hint(message.actor_pk, owner, message.seq, now, fields)
 
     def _enqueue_in_one(
         self,
@@ -447,6 +474,9 @@ class MailboxStatements:
             "args": arguments,
             "tp": traceparent,
             "sender": sender,
+            "fields": message_fields(
+                message_id, actor_type, actor_id, operation, arguments, None, traceparent, sender
+            ),
         }
         if max_length is not None:
             params["max"] = max_length
