@@ -50,6 +50,18 @@ class Tx:
         self._cursor.execute(self._render(template), params or ())
         return int(self._cursor.rowcount)
 
+    def run_last_id(
+        self, template: str, params: Mapping[str, Any] | None = None
+    ) -> tuple[int, int]:
+        """:meth:`run`, and the insert id the statement's reply carried (MySQL/MariaDB).
+
+        An ``UPDATE`` that sets a column to ``LAST_INSERT_ID(expr)`` hands ``expr``
+        back in its OK packet, read here with no round trip: the ``RETURNING`` that
+        MariaDB lacks, for one value. A statement that set none reports 0.
+        """
+        changed = self.run(template, params)
+        return changed, int(self._cursor.lastrowid or 0)
+
     def row(self, template: str, params: Mapping[str, Any] | None = None) -> Any:
         self._cursor.execute(self._render(template), params or ())
         return self._cursor.fetchone()

@@ -135,7 +135,16 @@ class TurnStatements:
                 read_next=read_next,
                 notify_done=notify_done,
             )
-        sql = self._finish_update(write_state=state is not None, direct=direct)
+        # MySQL/MariaDB: the row's next_seq comes back as the fence's insert id instead.
+        next_seq_back = (
+            read_next
+            and not direct
+            and not self.dialect.update_returning
+            and self.dialect.family == "mysql"
+        )
+        sql = self._finish_update(
+            write_state=state is not None, direct=direct, next_seq_back=next_seq_back
+        )
         params = self._fence_params(
             lease, message.seq, state=state, sv=state_version, lease_ms=lease_ms
         )
@@ -146,6 +155,10 @@ class TurnStatements:
             row = tx.row(sql + " RETURNING next_seq", params)
             changed = 0 if row is None else 1
             more = row is not None and int(row[0]) > message.seq + 1
+        elif next_seq_back:
+            # The same answer without RETURNING (0 when no row matched: LeaseLost below).
+            changed, next_seq = tx.run_last_id(sql, params)
+            more = next_seq > message.seq + 1
         else:
             changed = tx.run(sql, params)
         if changed != 1:
@@ -414,7 +427,9 @@ class TurnStatements:
             {"attempt": attempt, "error": error, "id": message.id},
         )
 
-    def _finish_update(self, *, write_state: bool, direct: bool) -> str:
+    def _finish_update(
+        self, *, write_state: bool, direct: bool, next_seq_back: bool = False
+    ) -> str:
         """The fenced UPDATE that commits a turn and renews the lease (``finish_turn``)."""
         return (
             "UPDATE {actors} SET "
@@ -424,10 +439,15 @@ class TurnStatements:
             "ready_at = CASE WHEN next_seq > :seq + 1 THEN {now} ELSE NULL END, "
             "lease_expires_at = {now} + :lease_ms, updated_at = {now}"
             + (self._DIRECT_SET if direct else "")
+            + (self._NEXT_SEQ_BACK if next_seq_back else "")
             + " WHERE "
             + self._FENCE
             + (self._DIRECT_FENCE if direct else "")
         )
+
+    #: MySQL/MariaDB: the fenced UPDATE also reports the row's ``next_seq`` (unchanged)
+    #: as its insert id, read by ``Tx.run_last_id``. Appended to the SET list.
+    _NEXT_SEQ_BACK = ", next_seq = LAST_INSERT_ID(next_seq)"
 
     #: The columns of a message row written by the turn that ran it.
     _FINISHED_COLUMNS = (
