@@ -113,6 +113,7 @@ class Runtime:
         self._listener = listener_for(self.store, self.options.wakeup_url, self._on_notification)
         if self._listener is not None:
             self._engine.notified = self._listener.listening.is_set
+            self._engine.listen_connection = self._listen_connection
         self._closed = False
         #: Serializes start/stop/close, so a close() during run() waits for nothing twice.
         self._lifecycle = threading.RLock()
@@ -258,6 +259,13 @@ class Runtime:
                 self._listener.stop()
             if not self._closed:
                 self._engine.state = "stopped"
+
+    def _listen_connection(self) -> int | None:
+        """Which listener connection is up (None: none), see ``Waiters.sent``."""
+        listener = self._listener
+        if listener is None or not listener.listening.is_set():
+            return None
+        return listener.connections
 
     def _on_notification(self, payload: str) -> None:
         if payload.startswith("d:"):

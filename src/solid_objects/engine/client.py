@@ -97,6 +97,9 @@ class Client(Waiting):
         #: Whether finished messages are announced to this process right now (the
         #: runtime's wake-up listener is connected): waiters then need not poll.
         self.notified: Callable[[], bool] = lambda: False
+        #: Which connection of the wake-up listener is up (it counts them), None while
+        #: none is: a send remembers it, so a later wait knows no announcement was missed.
+        self.listen_connection: Callable[[], int | None] = lambda: None
 
     def ensure_schema(self) -> None:
         if not self._schema_checked:
@@ -209,6 +212,8 @@ class Client(Waiting):
             return self._send_in(definition, actor_id, operation, options, message_id, arguments)
         if register_waiter:
             self.waiters.register(message_id, enqueueing=True)
+        elif (connection := self.listen_connection()) is not None:
+            self.waiters.sent(message_id, connection)  # its outcome's announcement is kept
         try:
             enqueued = self._enqueue(
                 definition, actor_id, operation, options, message_id, arguments

@@ -8,6 +8,7 @@ in another process fall back to reading the message row (see ``ref``).
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Literal
@@ -25,6 +26,9 @@ class Outcome:
 #: Completes a waiter's future to make it read the message row now.
 NUDGE = Outcome("nudge", None, None)
 
+#: Messages sent here that nobody waits for yet, remembered at most (the oldest go).
+SENT_MEMORY = 4096
+
 
 class Waiters:
     def __init__(self) -> None:
@@ -32,6 +36,48 @@ class Waiters:
         self._futures: dict[str, Future[Outcome]] = {}
         #: Where each registered message is, when known.
         self._where: dict[str, Literal["enqueueing", "local", "remote"]] = {}
+        #: Messages this process sent while its listener was connected, and nobody waits
+        #: for: the listener's connection (see ``sent``) and the outcome, once announced.
+        self._sent: OrderedDict[str, tuple[int, Outcome | None]] = OrderedDict()
+
+    def sent(self, message_id: str, connection: int) -> None:
+        """``message_id`` is being sent while the listener's ``connection`` is up.
+
+        Called before its enqueue commits, so its outcome's announcement (committed
+        later) is kept here if it arrives before anyone waits; a later :meth:`adopt`
+        then needs no read. Bounded: past ``SENT_MEMORY`` the oldest is forgotten (its
+        wait reads the row, as before).
+        """
+        with self._lock:
+            self._sent[message_id] = (connection, None)
+            if len(self._sent) > SENT_MEMORY:
+                self._sent.popitem(last=False)
+
+    def adopt(self, message_id: str, connection: int | None) -> Future[Outcome] | None:
+        """The future a wait on ``message_id`` may trust without reading the row first.
+
+        The registered waiter's, or one for a message :meth:`sent` remembers: completed
+        with its announced outcome, or pending when the listener has stayed on the same
+        ``connection`` since the send (the announcement will come). None otherwise
+        (not sent here, forgotten, or the listener reconnected or is down: read the row).
+        """
+        with self._lock:
+            future = self._futures.get(message_id)
+            if future is not None:
+                return future
+            entry = self._sent.pop(message_id, None)
+            if entry is None or (entry[1] is None and entry[0] != connection):
+                return None
+            future = self._futures[message_id] = Future()
+        if entry[1] is not None:
+            future.set_result(entry[1])
+        return future
+
+    def _announced(self, message_id: str, outcome: Outcome) -> None:
+        """Keep an announced outcome of a sent message nobody waits for (lock held)."""
+        entry = self._sent.get(message_id)
+        if entry is not None:
+            self._sent[message_id] = (entry[0], outcome)
 
     def register(self, message_id: str, *, enqueueing: bool = False) -> Future[Outcome]:
         """A future for the outcome; ``enqueueing``: its enqueue has not committed yet."""
@@ -60,6 +106,8 @@ class Waiters:
         """Another process finished this message: wake its waiter to read the row now."""
         with self._lock:
             future = self._futures.pop(message_id, None)
+            if future is None:
+                self._announced(message_id, NUDGE)
             if self._where.get(message_id) == "enqueueing":
                 # It finished elsewhere, so its enqueue committed; the routing that would
                 # say so finds no future any more (popped here): without this the caller
@@ -91,10 +139,13 @@ class Waiters:
         with self._lock:
             self._futures.pop(message_id, None)
             self._where.pop(message_id, None)
+            self._sent.pop(message_id, None)
 
     def resolve(self, message_id: str, outcome: Outcome) -> None:
         with self._lock:
             future = self._futures.pop(message_id, None)
             self._where.pop(message_id, None)
+            if future is None:
+                self._announced(message_id, outcome)
         if future is not None and not future.done():
             future.set_result(outcome)

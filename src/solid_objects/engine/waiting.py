@@ -88,6 +88,7 @@ class Waiting:
     waiters: Waiters
     options: Options
     notified: Callable[[], bool]
+    listen_connection: Callable[[], int | None]
     _enqueueing: set[str]
     checked: Callable[[MessageReference[Any]], MessageRow]
     settle: Callable[[MessageReference[Any], Outcome], Any]
@@ -101,8 +102,9 @@ class Waiting:
             self.checked(message)
         limit = self.options.call_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit if deadline is None else deadline
-        late = not self.waiters.has(message.id)  # not registered before its enqueue
-        future: Future[Outcome] = self.waiters.register(message.id)
+        adopted = self.waiters.adopt(message.id, self.listen_connection())
+        late = adopted is None  # not registered before its enqueue, nor remembered
+        future: Future[Outcome] = adopted or self.waiters.register(message.id)
         self._mark_if_local(message)
         poll = _Poll(
             self.waiters,
@@ -146,8 +148,9 @@ class Waiting:
             await run(self.checked, message)
         limit = self.options.call_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit if deadline is None else deadline
-        late = not self.waiters.has(message.id)  # not registered before its enqueue
-        future = asyncio.wrap_future(self.waiters.register(message.id))
+        adopted = self.waiters.adopt(message.id, self.listen_connection())
+        late = adopted is None  # not registered before its enqueue, nor remembered
+        future = asyncio.wrap_future(adopted or self.waiters.register(message.id))
         self._mark_if_local(message)
         poll = _Poll(
             self.waiters,

@@ -39,6 +39,8 @@ class Listener(Protocol):
     """What the runtime starts and stops: one subscribing connection per process."""
 
     listening: threading.Event
+    #: Connections made so far: one that stayed up missed no payload.
+    connections: int
 
     def start(self) -> None: ...
 
@@ -72,6 +74,7 @@ class PostgresListener:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.listening = threading.Event()
+        self.connections = 0
 
     def start(self) -> None:
         if self._thread is None:
@@ -109,6 +112,7 @@ class PostgresListener:
                 backoff = min(backoff * 2, 5.0)
                 continue
             backoff = 0.1
+            self.connections += 1
             self.listening.set()
             # Something may have been notified while we were not listening.
             self._on_payload("w")
@@ -162,6 +166,7 @@ class RedisWakeup:
         self._outbox: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self.listening = threading.Event()
+        self.connections = 0
         #: Payloads handed to Redis / dropped while it was unreachable / received.
         self.published = 0
         self.dropped = 0
@@ -280,6 +285,7 @@ class RedisWakeup:
                 if failing:
                     log.info("subscribed to Redis wake-ups again")
                 backoff, failing = 0.1, False
+                self.connections += 1
                 self.listening.set()
                 # Something may have been published while we were not subscribed.
                 self._on_payload("w")
