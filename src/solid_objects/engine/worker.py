@@ -516,7 +516,8 @@ class WorkerPool(DirectTurns, CommitsApart):
         A chain goes on only after a completed turn with no commit action (an action
         that fails at commit turns its turn into a failure, which later turns must not
         have built on), only for messages already in the inbox, only on a first
-        attempt, and within the batch's time budget and the activation's fair share.
+        attempt, within the batch's time budget and the activation's fair share, and
+        not once the pool is stopping (a stop finishes the turns it finds, nothing more).
         Each turn's fence expects the previous one's ``done_seq``, so the chain
         commits in order or, once the lease is lost, not at all.
         """
@@ -535,6 +536,7 @@ class WorkerPool(DirectTurns, CommitsApart):
                 or act.head_attempt != 1
                 or time.monotonic() - started > _BATCH_BUDGET
                 or message.seq is None
+                or self._stopping.is_set()  # stopping finishes turns, starts none
             ):
                 return
             with self._cond:
