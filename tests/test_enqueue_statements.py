@@ -21,7 +21,8 @@ from sqlalchemy.engine import make_url
 
 from solid_objects import Actor, Runtime
 from solid_objects.errors import MailboxFull
-from solid_objects.store import Enqueued, MessageRow, Store, Tx
+from solid_objects.store import Enqueued, MessageRow, Store, Tx, mailbox
+from solid_objects.store.hints import parse_message_hint
 from solid_objects.store.mailbox import held_hint
 from solid_objects.store.rows import new_id
 
@@ -224,9 +225,18 @@ def test_a_lease_held_by_another_process_gets_its_held_hint(
         plain = enqueue(rt.store, "held", payloads)
     assert sum(kinds.values()) == 2 * COMMON[backend], kinds
     assert (done.claimed, plain.claimed) == (None, None)
-    assert payloads == [held_hint(before["pk"], "other-1")] * 2
+    # The message fits: m: carries it to the owner (hints.py); too large, h: names it.
+    carried = [parse_message_hint(p, "other-1") for p in payloads]
+    assert [(pk, m.id, m.seq) for pk, m in carried if m is not None] == [
+        (before["pk"], done.message.id, 2),
+        (before["pk"], plain.message.id, 3),
+    ]
+    monkeypatch.setattr(mailbox, "message_fields", lambda *_: None)
+    payloads.clear()
+    enqueue(rt.store, "held", payloads)
+    assert payloads == [held_hint(before["pk"], "other-1")]
     after = actor(rt, "held")
-    assert (after["owner"], after["generation"], after["next_seq"]) == ("other-1", 0, 4)
+    assert (after["owner"], after["generation"], after["next_seq"]) == ("other-1", 0, 5)
 
 
 def test_an_own_lease_not_taken_wakes_nobody(rt: Runtime) -> None:
@@ -304,7 +314,9 @@ def test_the_one_statement_sends_the_payload_by_notify(rt: Runtime) -> None:
                 )
             )
         got = [n.payload for n in listen.notifies(timeout=10, stop_after=2)]
-    assert got == [held_hint(actor(rt, "notified")["pk"], "other-2")] * 2
+    pk = actor(rt, "notified")["pk"]
+    carried = [parse_message_hint(p, "other-2") for p in got]
+    assert [(found, m.seq) for found, m in carried if m is not None] == [(pk, 2), (pk, 3)]
 
 
 # --- enqueue_to_held: an actor this process holds (UPDATE ... RETURNING) ------------------
