@@ -383,7 +383,7 @@ def test_a_refused_enqueue_in_a_hot_actors_batch_fails_alone(
     (a trigger) fails that caller alone; the batch it shared runs again without it."""
     rt = make_runtime(workers=0)
     refuse(rt, "poison_row", "schema", "INSERT", "NEW.name = 'poison'")
-    batcher = EnqueueBatcher(rt.store.transact)
+    batcher = EnqueueBatcher(rt.store.transact, patience=60.0)
     gate, holding = threading.Event(), threading.Event()
 
     def insert(name: str) -> Callable[[Tx], str]:

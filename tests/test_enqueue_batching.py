@@ -64,6 +64,7 @@ class Gate:
 
     def __init__(self, store: Store) -> None:
         self.batcher: EnqueueBatcher = store._batcher
+        self.batcher._patience = STEP  # queued callers wait for the held one, however slow
         self.commits = 0
         self.held = threading.Event()
         self.go = threading.Event()
@@ -140,7 +141,7 @@ def test_a_batch_runs_sorted_by_key_keeping_arrival_order_per_key() -> None:
         ran.append(result if isinstance(result, list) else [result])
         return result
 
-    batcher = EnqueueBatcher(commit)
+    batcher = EnqueueBatcher(commit, patience=60.0)
     arrivals = [("b", "1"), ("b", "0"), ("a", "9"), ("b", "0"), ("a", "1"), ("a", "9")]
     pool = ThreadPoolExecutor(len(arrivals) + 1)
     first = pool.submit(batcher.submit, ("z", "z"), lambda tx: "first")
@@ -178,7 +179,7 @@ def test_a_batch_waits_no_longer_than_its_earliest_caller_and_then_each_runs_alo
             raise DatabaseError("LockNotAvailable: canceling statement", None)
         return result
 
-    batcher = EnqueueBatcher(commit)
+    batcher = EnqueueBatcher(commit, patience=60.0)
     now = time.monotonic()
     deadlines = {"first": None, "a": now + 300, "b": now + 200, "c": None}
     threads: dict[str, int] = {}
@@ -485,3 +486,36 @@ def test_worker_processes_and_a_batching_caller_run_each_message_once_in_order(
     assert sorted(shared) == sorted(t * 1000 + i for t in range(threads) for i in range(items))
     for t in range(threads):
         assert [x for x in shared if x // 1000 == t] == [t * 1000 + i for i in range(items)]
+
+
+@pytest.mark.parametrize("backend", SERVERS, indirect=True)
+def test_an_enqueue_stuck_on_a_row_lock_holds_up_other_actors_only_for_a_moment(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """A lone enqueue waiting for an actor's row lock (here: another transaction holding
+    it) is the batcher's transaction in flight; an enqueue to another actor queued
+    behind it leaves the queue after the batcher's patience and commits on its own,
+    while the lock is still held, instead of waiting for that other actor's lock."""
+    rt = make_runtime(workers=0)
+    rt.store._batcher._patience = 0.2
+    rt.ref(BatchedInbox, "locked").add.send(item=0)  # the actor rows exist
+    rt.ref(BatchedInbox, "free").add.send(item=0)
+    holder = rt.store.engine.connect()
+    pool = ThreadPoolExecutor(2)
+    try:
+        holder.exec_driver_sql(
+            f"SELECT pk FROM {rt.options.table_prefix}actors "
+            "WHERE actor_type = 'BatchedInbox' AND actor_id = 'locked' FOR UPDATE"
+        )
+        stuck = pool.submit(lambda: rt.ref(BatchedInbox, "locked").add.send(item=1))
+        wait_until(lambda: rt.store._batcher._busy, "the stuck enqueue in flight")
+        free = pool.submit(lambda: rt.ref(BatchedInbox, "free").add.send(item=1))
+        assert free.result(STEP).id  # committed while "locked" is still locked
+        assert not stuck.done()
+    finally:
+        holder.rollback()
+        holder.close()
+    assert stuck.result(STEP).id
+    pool.shutdown()
+    assert [item for _, item in mailbox(rt, "BatchedInbox")["free"]] == [0, 1]
+    assert [item for _, item in mailbox(rt, "BatchedInbox")["locked"]] == [0, 1]

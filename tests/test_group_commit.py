@@ -104,7 +104,7 @@ def _queue_behind_first(
 
 def test_callers_of_one_hot_key_share_the_next_transaction_in_arrival_order() -> None:
     commits = _FakeCommits()
-    batcher = EnqueueBatcher(commits)
+    batcher = EnqueueBatcher(commits, patience=60.0)
     futures = _queue_behind_first(batcher, commits, {str(i): (lambda tx, i=i: i) for i in range(6)})
     assert commits.transactions == [[0], [1, 2, 3, 4, 5]]
     assert [futures[str(i)].result() for i in range(6)] == list(range(6))
@@ -120,7 +120,7 @@ def test_a_failing_body_fails_alone_and_an_unknown_commit_fails_everyone() -> No
         raise ValueError("bad input")
 
     commits = _FakeCommits()
-    batcher = EnqueueBatcher(commits)
+    batcher = EnqueueBatcher(commits, patience=60.0)
     results = _queue_behind_first(batcher, commits, {"first": ok, "a": ok, "b": bad, "c": ok})
     assert results["a"].result() == "ok" and results["c"].result() == "ok"
     with pytest.raises(ValueError):
@@ -129,7 +129,7 @@ def test_a_failing_body_fails_alone_and_an_unknown_commit_fails_everyone() -> No
     assert commits.transactions == [["ok"], ["ok"], ["ok"]]
 
     unknown = DatabaseError("COMMIT failed", None, commit_unknown=True)
-    batcher = EnqueueBatcher(_FakeCommits(fail_commit=unknown))
+    batcher = EnqueueBatcher(_FakeCommits(fail_commit=unknown), patience=60.0)
     batcher._commit.hold.set()  # type: ignore[attr-defined]
     with pytest.raises(DatabaseError):
         batcher.submit("hot", ok).result()

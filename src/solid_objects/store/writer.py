@@ -294,11 +294,19 @@ class EnqueueBatcher:
     Deadlines: a batch's lock waits are bounded by the earliest deadline of its callers
     (``solid_objects.deadline``) and by ``BATCH_LOCK_WAIT``, so no caller waits for a
     lock past its own deadline because it shared a transaction; a batch that gives up
-    hands each body back to run alone, bounded by its own caller's deadline only.
+    hands each body back to run alone, bounded by its own caller's deadline only. A
+    caller that has waited ``patience`` (default ``BATCH_LOCK_WAIT``) for the
+    transaction in flight (which may be one enqueue waiting for a row lock) leaves the
+    queue and runs alone, so a lock on one actor's row never holds up another actor's
+    enqueue for longer than that.
     """
 
-    def __init__(self, commit: Callable[[Callable[[Tx], Any]], Any]) -> None:
+    def __init__(
+        self, commit: Callable[[Callable[[Tx], Any]], Any], *, patience: float = BATCH_LOCK_WAIT
+    ) -> None:
         self._commit = commit
+        #: How long a caller waits for the transaction in flight before running alone.
+        self._patience = patience
         self._lock = threading.Lock()
         #: Whether a transaction is in flight (then arrivals wait in ``_waiting``).
         self._busy = False
@@ -318,6 +326,11 @@ class EnqueueBatcher:
                 self._busy = True
                 batch = [job]
         if batch is None:
+            if not job.woken.wait(self._patience) and self._leave(job):
+                # The transaction in flight is slow (a lock wait, say): waiting behind it
+                # for longer would tie this actor's enqueue to another actor's lock.
+                self._alone(job)
+                return job.future
             job.woken.wait()
             if job.alone:
                 self._alone(job)
@@ -344,6 +357,14 @@ class EnqueueBatcher:
         if alone:
             self._alone(job)
         return job.future
+
+    def _leave(self, job: _Enqueue) -> bool:
+        """Take a waiting job out of the queue; False once a batch has taken it."""
+        with self._lock:
+            if any(waiting is job for waiting in self._waiting):
+                self._waiting.remove(job)
+                return True
+            return False
 
     def _alone(self, job: _Enqueue) -> None:
         """Run one body in a transaction of its own, in its caller's thread."""
