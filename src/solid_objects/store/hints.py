@@ -15,8 +15,9 @@ import json
 
 from .rows import MessageRow
 
-#: Longest ``m:`` payload (PostgreSQL refuses a NOTIFY payload of 8,000 bytes or more).
-_MAX_MESSAGE_PAYLOAD = 7900
+#: Longest wake-up payload, ``m:`` or ``o:`` (PostgreSQL refuses a NOTIFY payload of
+#: 8,000 bytes or more).
+MAX_NOTIFY_PAYLOAD = 7900
 #: What ``m:``, the pk, the owner (``lease_owner`` is 64 characters at most), the
 #: seq, the clock and the separators add to the fields.
 _FRAME = 2 + 20 + 64 + 20 + 20 + 4
@@ -49,7 +50,7 @@ def message_fields(
         ],
         separators=(",", ":"),
     )
-    return text if len(text) <= _MAX_MESSAGE_PAYLOAD - _FRAME else None
+    return text if len(text) <= MAX_NOTIFY_PAYLOAD - _FRAME else None
 
 
 def message_hint(pk: int, owner: str, seq: int, at_ms: int, fields: str) -> str:

@@ -19,10 +19,8 @@ from sqlalchemy import Engine
 from ..errors import LeaseLost
 from ..staging import Staged
 from .dialect import Dialect, Tx
+from .hints import MAX_NOTIFY_PAYLOAD
 from .rows import MSG_COLS, Committed, Lease, MessageRow, message_row, new_id
-
-#: Longest ``o:`` payload (PostgreSQL refuses a NOTIFY payload of 8,000 bytes or more).
-_MAX_OUTCOME_PAYLOAD = 7900
 
 
 def done_payload(message_id: str, status: str, result: str | None, error: str | None) -> str:
@@ -34,7 +32,7 @@ def done_payload(message_id: str, status: str, result: str | None, error: str | 
     transaction, it is delivered only once the outcome is durable.
     """
     payload = "o:" + json.dumps([message_id, status, result, error], separators=(",", ":"))
-    return payload if len(payload) <= _MAX_OUTCOME_PAYLOAD else f"d:{message_id}"
+    return payload if len(payload) <= MAX_NOTIFY_PAYLOAD else f"d:{message_id}"
 
 
 def parse_outcome(payload: str) -> tuple[str, str, str | None, str | None] | None:
