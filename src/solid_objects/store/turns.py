@@ -146,6 +146,8 @@ class TurnStatements:
         params = self._fence_params(
             lease, message.seq, state=state, sv=state_version, lease_ms=lease_ms
         )
+        if not direct:
+            params["id"] = message.id
         more = True  # whether the mailbox holds a message after this one
         if read_next and self.dialect.update_returning:
             # The locked row says whether anything follows: an empty mailbox (the usual
@@ -166,18 +168,25 @@ class TurnStatements:
             )
         if direct:
             self._insert_direct(tx, message, status, attempt, result, error)
-        else:
+        elif (
             tx.run(
                 "UPDATE {messages} SET status = :status, result = :result, error = :error, "
-                "attempts = :attempt, completed_at = {now} WHERE id = :id",
+                "attempts = :attempt, completed_at = {now} WHERE " + self._THE_MESSAGE,
                 {
                     "status": status,
                     "result": result,
                     "error": error,
                     "attempt": attempt,
                     "id": message.id,
+                    "pk": lease.pk,
+                    "seq": message.seq,
                 },
             )
+            != 1
+        ):
+            # The fence's own check read the same row under the actor's lock (a queued
+            # message of a held actor changes only under that lock): unreachable.
+            raise LeaseLost(f"message {message.id} changed during the commit of its turn")
         outbound = (
             self.write_staged(
                 tx,
@@ -278,7 +287,9 @@ class TurnStatements:
             + self._finish_update(write_state=write_state, direct=False)
             + " RETURNING next_seq), m AS (UPDATE {messages} SET status = :status, "
             "result = :result, error = :error, attempts = :attempt, completed_at = {now} "
-            "WHERE id = :id AND EXISTS (SELECT 1 FROM a)) SELECT a.next_seq"
+            "WHERE "
+            + self._THE_MESSAGE
+            + " AND EXISTS (SELECT 1 FROM a)) SELECT a.next_seq"
             + (f", {head}" if read_next else "")
             + (f", {notify_call}" if notify_call is not None else "")
             + " FROM a"
@@ -440,8 +451,22 @@ class TurnStatements:
             + (self._NEXT_SEQ_BACK if next_seq_back else "")
             + " WHERE "
             + self._FENCE
-            + (self._DIRECT_FENCE if direct else "")
+            + (self._DIRECT_FENCE if direct else self._QUEUED_FENCE)
         )
+
+    #: The message a turn finishes, as the worker holds it: its id at this seq of this
+    #: mailbox, not finished yet (a ``cancelled`` head is finished without running).
+    #: A message that does not exist here (one that only a forged wake-up carried) is
+    #: never finished, and its turn's commit writes nothing.
+    _THE_MESSAGE = (
+        "id = :id AND actor_pk = :pk AND seq = :seq AND status IN ('queued', 'cancelled')"
+    )
+    #: A queued turn commits only a seq that was handed out (``next_seq`` is past it) and
+    #: whose message row is there: otherwise the actor would move past a seq that a later
+    #: enqueue is given, and that message would never run.
+    _QUEUED_FENCE = (
+        " AND next_seq > :seq AND EXISTS (SELECT 1 FROM {messages} WHERE " + _THE_MESSAGE + ")"
+    )
 
     #: MySQL/MariaDB: the fenced UPDATE also reports the row's ``next_seq`` (unchanged)
     #: as its insert id, read by ``Tx.run_last_id``. Appended to the SET list.
