@@ -11,9 +11,18 @@ wrong exception, not as a slow test.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import sqlalchemy
@@ -21,8 +30,10 @@ import sqlalchemy
 from solid_objects import Actor, AsyncRuntime, Runtime
 from solid_objects.errors import CallTimeout, MessageNotFound
 
+from .apps.deadline_app import NAP, TIMEOUT, Sleeper
 from .conftest import FAST, count_rows
 
+UVICORN = [sys.executable, "-m", "uvicorn", "--factory", "tests.apps.deadline_app:build"]
 BUSY = 20.0  # seconds: how long the old code waited for the lock before DatabaseError
 
 
@@ -54,6 +65,18 @@ def actor_row_locked(db_url: str) -> Iterator[None]:
     holder.dispose()
 
 
+def held_idle(rt: Runtime, actor_id: str) -> None:
+    """Wait until the worker that ran the claim has put the activation back to idle, so
+    the next call is one a direct turn could take."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        act = rt._engine.pool._identities.get((Slot.actor_type, actor_id))
+        if act is not None and act.status == "idle":
+            return
+        time.sleep(0.005)
+    raise AssertionError("the activation never went idle")
+
+
 def check_truthful(rt: Runtime, timeout: CallTimeout, before: int) -> int:
     """After the lock is gone: the message is where the CallTimeout said; return n."""
     if timeout.message is None:  # "nothing was written"
@@ -64,7 +87,7 @@ def check_truthful(rt: Runtime, timeout: CallTimeout, before: int) -> int:
         timeout.message.wait(timeout=30)
     except MessageNotFound:
         # Allowed only when it said the enqueue might not commit.
-        assert "has not committed yet" in str(timeout)
+        assert "had not committed when the deadline passed" in str(timeout)
         return 0
     assert timeout.message.status() == "completed"
     return 1
@@ -136,3 +159,157 @@ def test_a_warm_call_to_a_slow_operation_times_out_instead_of_returning_late(
         assert second.value.message is not None
         assert "running it" in str(second.value)  # said while the worker ran it: true
         assert second.value.message.wait(timeout=30) == 2
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_warm_call_to_an_operation_not_timed_yet_returns_at_its_timeout(
+    make_runtime: Callable[..., Runtime], db_url: str, face: str
+) -> None:
+    """The actor is held idle here, but this process has never timed ``nap``: a worker
+    runs it, and the caller gets control back at its timeout, not after the nap."""
+    if face == "sync":
+        rt = make_runtime(workers=2, **FAST)
+        with rt:
+            slot = rt.ref(Slot, "w")
+            assert slot.take() == 1
+            held_idle(rt, "w")  # warm: the next call could run in this thread
+            started = time.monotonic()
+            with pytest.raises(CallTimeout) as raised:
+                slot.with_options(timeout=0.2).nap(seconds=1.5)
+            took = time.monotonic() - started
+            assert raised.value.message is not None
+            assert raised.value.message.wait(timeout=30) == 2
+            assert slot.snapshot()["n"] == 2
+            assert count_rows(rt, "messages", "operation = 'nap'") == 1
+    else:
+        art = AsyncRuntime(db_url, **{**FAST, "workers": 2})
+        art.sync.install()
+
+        async def call() -> tuple[float, CallTimeout]:
+            async with art:
+                slot = art.ref(Slot, "w")
+                assert await slot.take() == 1
+                await asyncio.to_thread(held_idle, art.sync, "w")
+                started = time.monotonic()
+                with pytest.raises(CallTimeout) as raised:
+                    await slot.with_options(timeout=0.2).nap(seconds=1.5)
+                took = time.monotonic() - started
+                assert raised.value.message is not None
+                assert await asyncio.to_thread(raised.value.message.wait, 30) == 2
+                return took, raised.value
+
+        try:
+            took, _ = asyncio.run(call())
+            assert count_rows(art.sync, "messages", "operation = 'nap'") == 1
+            assert art.sync.ref(Slot, "w").snapshot()["n"] == 2
+        finally:
+            art.sync.close()
+    assert took < 1.0  # back before the 1.5 s turn ended (it ran on a worker)
+
+
+@pytest.mark.timeout(120)
+def test_a_direct_turn_that_overruns_the_timeout_says_truthfully_what_it_left(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """An operation timed short suddenly runs long in the caller's thread: it cannot be
+    interrupted, and what the caller gets is true: the result (its commit ended) or a
+    CallTimeout naming the message that may have committed, which then completes once."""
+    rt = make_runtime(workers=2, **FAST)
+    with rt:
+        slot = rt.ref(Slot, "o")
+        assert slot.nap(seconds=0.01) == 1  # runs on a worker, which times it
+        assert slot.nap(seconds=0.01) == 2  # short next to the timeout: a direct turn
+        try:
+            result = slot.with_options(timeout=0.2).nap(seconds=1.5)
+        except CallTimeout as timeout:
+            text = str(timeout)
+            assert "has not committed" not in text
+            # Its commit was open at the deadline, or ended just before the diagnosis.
+            assert "may have committed since" in text or "finished as completed" in text
+            assert timeout.message is not None and timeout.message.id in text
+            assert timeout.message.wait(timeout=30) == 3
+            assert timeout.message.status() == "completed"
+        else:
+            assert result == 3  # committed, returned late
+        assert slot.snapshot()["n"] == 3
+        assert count_rows(rt, "messages", "operation = 'nap'") == 3
+
+
+def _post(url: str) -> tuple[int, dict[str, object] | int, float]:
+    """POST ``url``: status, decoded JSON body, and seconds until the response."""
+    started = time.monotonic()
+    request = urllib.request.Request(url, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            status, body = response.status, response.read()
+    except urllib.error.HTTPError as error:
+        status, body = error.code, error.read()
+    return status, json.loads(body), time.monotonic() - started
+
+
+@pytest.fixture
+def deadline_server(make_runtime: Callable[..., Runtime], db_url: str) -> Iterator[str]:
+    """uvicorn serving ``tests.apps.deadline_app`` in a subprocess: its base URL."""
+    make_runtime(workers=0)  # installs the schema
+    root = Path(__file__).resolve().parents[1]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    env = {
+        **os.environ,
+        "SOLID_DEADLINE_DB": db_url,
+        "PYTHONPATH": f"{root / 'src'}{os.pathsep}{root}",
+    }
+    process = subprocess.Popen(
+        [*UVICORN, "--port", str(port), "--log-level", "warning"],
+        cwd=root,
+        env=env,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, "uvicorn exited"
+            try:
+                urllib.request.urlopen(f"{base}/live", timeout=5)
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.monotonic() < deadline, "uvicorn did not answer in 60 s"
+                time.sleep(0.1)
+        yield base
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=60)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("route", ["nap", "nap-sync"], ids=["async-handler", "def-handler"])
+def test_an_http_handlers_call_timeout_answers_near_it_and_the_message_runs_once(
+    deadline_server: str, make_runtime: Callable[..., Runtime], route: str
+) -> None:
+    """A real uvicorn process: a handler calls, with ``timeout=0.2``, an operation that
+    sleeps 1.5 s on an actor the server holds warm. The response is the documented
+    504 problem, back before the turn ends; the message completes later, exactly once."""
+    status, body, _ = _post(f"{deadline_server}/slots/h/take")
+    assert (status, body) == (200, 1)  # the server now holds the actor idle
+    status, body, took = _post(f"{deadline_server}/slots/h/{route}")
+    assert status == 504, body
+    assert isinstance(body, dict) and body["code"] == "CallTimeout"
+    assert took < NAP - TIMEOUT  # the handler got control back long before the turn ended
+    message_id = body["message_id"]
+    assert isinstance(message_id, str)
+    reader = make_runtime(workers=0)
+    deadline = time.monotonic() + 30
+    while True:  # the message row exists once its enqueue committed
+        try:
+            message = reader.message(Sleeper, message_id)
+            break
+        except MessageNotFound:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert message.wait(timeout=30) == 2
+    assert reader.ref(Sleeper, "h").snapshot()["n"] == 2
+    assert count_rows(reader, "messages", "operation = 'nap'") == 1

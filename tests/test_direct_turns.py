@@ -80,6 +80,13 @@ def _wait_idle(rt: Runtime, actor_id: str) -> None:
     raise AssertionError("the activation never went idle")
 
 
+def _timed(rt: Runtime, *operations: str) -> None:
+    """Let the pool know these operations run briefly: a call runs in the caller's thread
+    only for an operation this process has timed (``WorkerPool._fits``)."""
+    for operation in operations:
+        rt._engine.pool._turn_seconds[(Ledger.actor_type, operation)] = 0.001
+
+
 def _transactions(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
     """Count write transactions started from each thread (by kind)."""
     seen: dict[str, list[int]] = {"transact": [], "transact_future": [], "finish_direct": []}
@@ -146,6 +153,7 @@ def test_a_direct_turn_whose_lease_lapses_mid_turn_is_applied_once(
         ref = rt.ref(Ledger, "l")
         assert ref.write(text="a") == 1
         _wait_idle(rt, "l")
+        _timed(rt, "gated")
         results: list[int] = []
         caller = threading.Thread(target=lambda: results.append(ref.gated(text="b")))
         caller.start()
@@ -170,6 +178,7 @@ def test_a_retryable_failure_in_a_direct_turn_counts_as_an_attempt(
         ref = rt.ref(Ledger, "l")
         assert ref.write(text="a") == 1
         _wait_idle(rt, "l")
+        _timed(rt, "flaky")
         _failures_left["b"] = 1
         assert ref.flaky(text="b") == 2
         assert _runs == ["a", "b", "b"]
@@ -185,6 +194,7 @@ def test_a_direct_turn_within_a_budget_of_one_attempt_is_a_dead_letter(
     with make_runtime(max_attempts=1) as rt:
         ref = rt.ref(Ledger, "l")
         assert ref.write(text="a") == 1
+        _timed(rt, "flaky", "refuse")
         _failures_left["b"] = 1
         with pytest.raises(MessageFailed):
             ref.flaky(text="b")

@@ -216,8 +216,10 @@ class MessagePending(SolidObjectsError):
 class CallTimeout(SolidObjectsError, TimeoutError):
     """The call did not finish in time. The message is durable and may still run.
 
-    ``message`` is the :class:`MessageReference` (``None`` if the timeout hit
-    before the enqueue committed) and ``waiting_on`` says what it waits for.
+    ``message`` is the :class:`MessageReference` whenever the message may exist:
+    stored, or written by a transaction still open at the deadline, which may commit
+    after it (its ``status()`` tells); ``None`` only when nothing was written.
+    ``waiting_on`` says what it waits for.
     """
 
     def __init__(self, waiting_on: str, message: MessageReference[Any] | None = None) -> None:

@@ -66,7 +66,7 @@ def document(exc: BaseException) -> dict[str, Any]:
     ``code`` is machine-readable: a ``Rejected``'s own code, else the error's class
     name. A ``Rejected`` adds ``details``; an error about a stored message adds
     ``message_id`` (for ``CallTimeout``, so the client can poll the message later;
-    None if the timeout hit before the enqueue committed).
+    None only when nothing was written).
     """
     problem = lookup(exc) or Problem(500, "Internal error")
     body: dict[str, Any] = {

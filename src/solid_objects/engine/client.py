@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -92,6 +93,9 @@ class Client(Waiting):
         #: Messages whose enqueue (or direct turn's commit) this process started and that
         #: has not ended yet: not in the database yet, but not lost either.
         self._enqueueing: set[str] = set()
+        #: Those of them whose direct turn ran and whose commit outlived the deadline.
+        self._committing_direct: set[str] = set()
+        self._direct_lock = threading.Lock()
         #: Who holds SQLite's write lock through a connection the library can see.
         self.transactions = OpenTransactions()
         #: Whether finished messages are announced to this process right now (the
@@ -483,7 +487,7 @@ class Client(Waiting):
                     arguments,
                     self.pool.instrument.traceparent(message_id),
                     deadline,
-                    self._enqueueing.discard,
+                    self._direct_settled,
                 )
             except BaseException as exc:
                 if observed is not IGNORE_ENQUEUE:
@@ -495,6 +499,9 @@ class Client(Waiting):
                 return False
             message, outcome = ran
             if outcome is None:  # its commit outlived the deadline: wait() says so
+                with self._direct_lock:
+                    if message_id in self._enqueueing:
+                        self._committing_direct.add(message_id)
                 return True
             self._enqueueing.discard(message_id)
             if observed is not IGNORE_ENQUEUE:
@@ -508,6 +515,12 @@ class Client(Waiting):
                 future.set_result(Outcome(outcome.kind, outcome.result, outcome.error))
             return True
         return False
+
+    def _direct_settled(self, message_id: str) -> None:
+        """A direct turn's commit that outlived the caller's deadline ended."""
+        with self._direct_lock:
+            self._enqueueing.discard(message_id)
+            self._committing_direct.discard(message_id)
 
     def _route(self, done: Future[Enqueued]) -> None:
         """After the enqueue committed: hand the message to a local worker if we hold it."""

@@ -178,10 +178,15 @@ class DirectTurns:
 
     def _fits(self, actor_type: str, operation: str, deadline: float | None) -> bool:
         """Whether a direct turn of ``operation`` can be expected to end well before the
-        call's deadline: its recent turns here (if any) took under a quarter of the time
-        left."""
-        took = self._turn_seconds.get((actor_type, operation), 0.0)
-        return deadline is None or took * 4 <= deadline - time.monotonic()
+        call's deadline: its recent turns here took under a quarter of the time left.
+
+        An operation this process has not run yet has no such evidence: a worker runs
+        it (and times it) while the caller waits no longer than its deadline, whether
+        the timeout is the call's own or ``call_timeout``."""
+        if deadline is None:
+            return True
+        took = self._turn_seconds.get((actor_type, operation))
+        return took is not None and took * 4 <= deadline - time.monotonic()
 
     def _settle_direct(
         self,

@@ -90,6 +90,7 @@ class Waiting:
     notified: Callable[[], bool]
     listen_connection: Callable[[], int | None]
     _enqueueing: set[str]
+    _committing_direct: set[str]
     checked: Callable[[MessageReference[Any]], MessageRow]
     settle: Callable[[MessageReference[Any], Outcome], Any]
     poll_outcome: Callable[[str], Outcome | None]
@@ -199,12 +200,25 @@ class Waiting:
         Never raises: a database that cannot answer is itself the answer.
         """
         head = f"message {message_id} did not finish within {waited:g}s"
+        # Said of a transaction still open at the deadline, which may commit a moment
+        # later (before the caller reads this): never "has not committed".
+        if message_id in self._committing_direct:
+            return (
+                f"{head}: its turn ran in the caller's thread (a direct turn) past the "
+                "deadline, and the transaction that stores the message with its outcome "
+                "had not committed when the deadline passed; it may have committed since: "
+                f"status() of message {message_id} says ('enqueueing' while that "
+                "transaction is open, then the outcome; MessageNotFound if it never "
+                "committed)"
+            )
         if message_id in self._enqueueing:
             return (
-                f"{head}: the transaction that enqueues it has not committed yet (the "
-                "database is busy, or another transaction holds a lock it needs); it may "
-                "still commit, and the message then runs: status() is 'enqueueing' until "
-                "then, and raises MessageNotFound if it never committed"
+                f"{head}: the transaction that enqueues it had not committed when the "
+                "deadline passed (the database is busy, or another transaction holds a "
+                "lock it needs); it may still commit, or have committed since, and the "
+                f"message then runs once: status() of message {message_id} is 'enqueueing' "
+                "while that transaction is open, and raises MessageNotFound if it never "
+                "committed"
             )
         try:
             return self._diagnose(head, message_id)
