@@ -11,6 +11,7 @@ import pytest
 
 from solid_objects import Actor, EffectContext, Rejected, Runtime
 from solid_objects.errors import LeaseLost, MessageFailed
+from solid_objects.observability import Instrumentation, observe
 
 from .conftest import count_rows, db_now
 
@@ -402,3 +403,81 @@ def test_async_effect_handlers_run_too(make_runtime: Callable[..., Runtime]) -> 
     assert ref.snapshot()["state"] == "paid"
     assert ref.snapshot()["outcome"]["result"] == {"charged": 7}
     assert [amount for _, amount in seen] == [7]
+
+
+class Alarm(Actor):
+    rang: list[str] = []
+
+    def set(self, at_ms: int, label: str = "ring", every_minutes: int | None = None) -> None:
+        every = None if every_minutes is None else timedelta(minutes=every_minutes)
+        when = datetime.fromtimestamp(at_ms / 1000, UTC)
+        self.schedule(at=when, every=every).ring(label=label)
+
+    def weekly(self, expression: str = "0 9 * * MON") -> None:
+        self.schedule(cron=expression, timezone="Europe/Paris", key="w").ring(label="weekly")
+
+    def ring(self, label: str) -> None:
+        self.rang.append(label)
+
+
+class ReminderEvents(Instrumentation):
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def reminders_changed(self, message: Any, changes: Any) -> None:
+        self.events.extend(change.event for change in changes)
+
+
+def test_scheduling_a_reminder_again_as_it_stands_is_unchanged_and_keeps_its_firing(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """Same time, arguments, period and policy: reported ``unchanged``, its version is
+    not bumped, so a firing that read it goes through; anything else moves it."""
+    rt = make_runtime(workers=0)
+    rt.register(Alarm)
+    seen = ReminderEvents()
+    observe(rt, seen)
+    ref = rt.ref(Alarm, "a")
+    store = rt.store
+    when = db_now(rt) + 3_600_000
+
+    def stored() -> tuple[int, int]:
+        with store.read() as tx:
+            row = tx.row("SELECT version, due_at FROM solid_reminders WHERE operation = 'ring'")
+        return int(row[0]), int(row[1])
+
+    ref.set.send(at_ms=when)
+    rt.testing.drain()
+    assert stored() == (1, when)
+    with store.read() as tx:  # the scheduler reads the due reminder ...
+        (reminder,) = store.due_reminders(tx, ["Alarm"], now=when + 1, limit=10)
+    ref.set.send(at_ms=when)  # ... the actor schedules it again, as it stands ...
+    rt.testing.drain()
+    assert seen.events == ["scheduled", "unchanged"]
+    assert stored() == (1, when)
+    fired = store.transact(  # ... and the firing goes through
+        lambda tx: store.fire_reminder(tx, reminder, now=when + 1, message_id="f" * 32)
+    )
+    assert fired is not None
+    rt.testing.drain()
+    assert ref.snapshot()["rang"] == ["ring"]
+    assert count_rows(rt, "reminders") == 0  # a one-shot reminder: gone once fired
+
+    # Anything that differs moves it: the time, the arguments, the period.
+    seen.events.clear()
+    ref.set.send(at_ms=when)
+    ref.set.send(at_ms=when + 1000)
+    ref.set.send(at_ms=when + 1000, label="other")
+    ref.set.send(at_ms=when + 1000, label="other", every_minutes=5)
+    ref.set.send(at_ms=when + 1000, label="other", every_minutes=5)
+    rt.testing.drain()
+    assert seen.events == ["scheduled", "replaced", "replaced", "replaced", "unchanged"]
+    assert stored() == (4, when + 1000)
+
+    # A cron schedule scheduled again lands on the same next occurrence: unchanged.
+    seen.events.clear()
+    ref.weekly.send()
+    ref.weekly.send()
+    ref.weekly.send(expression="0 10 * * MON")
+    rt.testing.drain()
+    assert seen.events == ["scheduled", "unchanged", "replaced"]

@@ -131,7 +131,8 @@ class Actor:
     ) -> _Scheduler[Self]:
         """Stage a reminder: ``self.schedule(delay=timedelta(days=3)).follow_up()``.
 
-        One reminder per (actor, operation, key): scheduling it again moves it. With
+        One reminder per (actor, operation, key): scheduling it again moves it (to the
+        same time, period and arguments, it is left as it stands). With
         ``every`` it recurs; after downtime ``missed="latest"`` fires once,
         ``missed="all"`` fires every missed occurrence. ``cron="0 9 * * MON"`` with
         ``timezone="Europe/Paris"`` (default UTC) recurs on a cron schedule instead,

@@ -119,8 +119,9 @@ class Staged:
     #: Schedules and cancellations, in the order the turn made them.
     reminders: list[StagedReminder | CancelledReminder] = field(default_factory=list)
     #: What the commit did with each of ``reminders``, filled in by the store:
-    #: ``scheduled`` (new), ``replaced`` (moved an existing one), ``cancelled``, or
-    #: ``absent`` (a cancellation of nothing). For the instrumentation.
+    #: ``scheduled`` (new), ``replaced`` (moved an existing one), ``unchanged`` (an
+    #: existing one scheduled again exactly as it stood: not written), ``cancelled``,
+    #: or ``absent`` (a cancellation of nothing). For the instrumentation.
     reminder_outcomes: list[str] = field(default_factory=list)
     messages: list[StagedMessage] = field(default_factory=list)
     #: The running message (``self.current_message``); set by the turn runner, or

@@ -5,7 +5,7 @@ event: a message enqueued, an actor claimed, an activation taking effect and
 ending, a turn started and executed, a batch of turns committed (with each
 turn's final outcome: completed, rejected, retry, dead, lease lost (the commit
 refused by the fence) or commit failed), reminders scheduled, replaced,
-cancelled and fired, an effect started and finished (done, retry, dead), a
+left unchanged, cancelled and fired, an effect started and finished (done, retry, dead), a
 lease found lost at renewal, this process started and stopped, a stale peer
 recovered. By default that instrumentation is :class:`LogEvents`, which only
 writes log records; :func:`solid_objects.observability.observe` adds metrics
@@ -37,7 +37,7 @@ Turn = tuple["Activation", "MessageRow", "TurnOutcome"]
 OUTCOMES = ("completed", "rejected", "retry", "dead", "lease_lost", "commit_failed")
 
 #: What a committed turn did to one of its reminders (see :class:`ReminderChange`).
-REMINDER_EVENTS = ("scheduled", "replaced", "cancelled")
+REMINDER_EVENTS = ("scheduled", "replaced", "unchanged", "cancelled")
 
 #: What happened to a process: this one started or stopped, or a stale peer was recovered.
 PROCESS_EVENTS = ("started", "stopped", "stale")
@@ -85,7 +85,9 @@ def turn_outcome(outcome: TurnOutcome, committed: Committed | None, batch_failed
 
 
 class ReminderChange(NamedTuple):
-    """One reminder a committed turn scheduled (new), replaced (moved) or cancelled."""
+    """One reminder a committed turn scheduled (new), replaced (moved), left unchanged
+    (scheduled again exactly as it stood: nothing written, a firing in progress stands)
+    or cancelled."""
 
     event: str
     operation: str
@@ -172,7 +174,8 @@ class Instrumentation:
         """
 
     def reminders_changed(self, message: MessageRow, changes: Sequence[ReminderChange]) -> None:
-        """The committed turn of ``message`` scheduled, replaced or cancelled reminders."""
+        """The committed turn of ``message`` scheduled, replaced, left unchanged or
+        cancelled reminders."""
 
     def effect_started(self, effect: EffectRow) -> None:
         """An effect runner thread is about to call the handler of ``effect``."""

@@ -139,7 +139,8 @@ class PrometheusMetrics(Instrumentation):
         )
         self.reminder_changes = Counter(
             "reminder_changes",
-            "Reminders committed turns scheduled (new), replaced (moved) or cancelled.",
+            "Reminders committed turns scheduled (new), replaced (moved), left unchanged "
+            "(scheduled again as they stood) or cancelled.",
             ["actor_type", "operation", "event"],
             namespace=ns,
             registry=r,

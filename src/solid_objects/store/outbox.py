@@ -150,6 +150,9 @@ class OutboxStatements:
                 "every": change.every_ms,
                 "missed": change.missed,
             }
+            if at_ms is not None and self._unchanged_reminder(tx, values):
+                outcomes.append("unchanged")  # no write: a firing in progress stands
+                continue
             moved = tx.run(
                 "UPDATE {reminders} SET arguments = :args, "
                 "due_at = COALESCE(:at, {now} + :delay), every_ms = :every, missed = :missed, "
@@ -192,6 +195,29 @@ class OutboxStatements:
             )
             for index, m in enumerate(staged.messages)
         ]
+
+    def _unchanged_reminder(self, tx: Tx, values: dict[str, Any]) -> bool:
+        """Whether the reminder exists exactly as ``values`` would schedule it (same due
+        time, arguments, period and policy). Rewriting it would bump its version, which
+        drops a firing in progress, for a change that moves nothing."""
+        row = tx.row(
+            "SELECT arguments, due_at, every_ms, missed, cron, cron_tz FROM {reminders} "
+            "WHERE actor_pk = :pk AND operation = :op AND rkey = :key",
+            values,
+        )
+        if row is None:
+            return False
+        every = None if row[2] is None else int(row[2])
+        stored = (row[0], int(row[1]), every, row[3], row[4], row[5])
+        wanted = (
+            values["args"],
+            values["at"],
+            values["every"],
+            values["missed"],
+            values["cron"],
+            values["tz"],
+        )
+        return stored == wanted
 
     # --- effects --------------------------------------------------------------------
 
