@@ -315,3 +315,86 @@ def test_a_turn_that_staged_an_effect_takes_the_general_path(
     assert statements == ["UPDATE {actors}", "UPDATE {messages}", "INSERT INTO {effects}"]
     assert sent.result() == 4
     assert count_rows(rt, "effects", "name = 'tally_noted'") == 1
+
+
+def reclaimed_by_the_same_process(
+    make_runtime: Callable[..., Runtime], effect: bool
+) -> tuple[Runtime, Any, Claimed, TurnOutcome, Claimed]:
+    """worker-a claimed the actor and ran its head; the lease expired before the commit
+    and another thread of worker-a claimed it again: same owner, new token and
+    generation. Returns (runtime, sent, the older claim, its outcome, the newer claim)."""
+    rt = tally(make_runtime)
+    sent = rt.ref(OneStatementTally, "same").add.send(n=5, effect=effect)
+    older = claim(rt, "same", "worker-a")
+    outcome = run(rt, older)
+    newer = claim(rt, "same", "worker-a", generation=older.lease.generation)
+    assert newer.lease.owner == older.lease.owner
+    assert newer.lease.token != older.lease.token
+    assert newer.lease.generation == older.lease.generation + 1
+    return rt, sent, older, outcome, newer
+
+
+def rows_of(rt: Runtime, sent: Any) -> tuple[Any, ...]:
+    """The actor's and the message's rows, and the effects, as the database has them."""
+    with rt.store.read() as tx:
+        return (
+            tx.row(
+                "SELECT done_seq, next_seq, state, attempt, lease_owner, lease_token, "
+                "lease_generation, lease_expires_at, ready_at FROM {actors} "
+                "WHERE actor_id = 'same'"
+            ),
+            tx.row(
+                "SELECT status, seq, attempts, result, error, completed_at FROM {messages} "
+                "WHERE id = :id",
+                {"id": sent.id},
+            ),
+            tx.scalar("SELECT COUNT(*) FROM {effects}"),
+        )
+
+
+def assert_untouched_then_runs_once(
+    rt: Runtime, sent: Any, before: tuple[Any, ...], newer: Claimed, effect: bool
+) -> None:
+    """Nothing of the refused commit is in the database; the newer activation then runs
+    the message, whose outcome is committed exactly once."""
+    assert rows_of(rt, sent) == before
+    assert before[0][5] == newer.lease.token and before[1][0] == "queued"
+    rt.store.transact(lambda tx: commit(rt.store, tx, newer, run(rt, newer), notify_done=False))
+    assert sent.result() == 5
+    assert rt.ref(OneStatementTally, "same").snapshot()["n"] == 5
+    assert count_rows(rt, "messages", "status = 'completed'") == 1
+    assert count_rows(rt, "effects") == (1 if effect else 0)
+
+
+@pytest.mark.parametrize("effect", [False, True], ids=["staged-nothing", "staged-an-effect"])
+def test_an_older_activation_of_the_same_process_cannot_commit(
+    make_runtime: Callable[..., Runtime], statements: list[str], effect: bool
+) -> None:
+    """The fence's token and generation, not the owner, tell two activations of one
+    process apart. Staging nothing is PostgreSQL's one-statement commit (``WITH``);
+    staging an effect is the general path on every database."""
+    rt, sent, older, outcome, newer = reclaimed_by_the_same_process(make_runtime, effect)
+    before = rows_of(rt, sent)
+    statements.clear()
+    with pytest.raises(LeaseLost):
+        rt.store.transact(lambda tx: commit(rt.store, tx, older, outcome, notify_done=False))
+    if rt.store.dialect.writable_cte and not effect:
+        assert statements == ["WITH"]  # the one-statement path was the one refused
+    assert_untouched_then_runs_once(rt, sent, before, newer, effect)
+
+
+def test_an_older_activation_of_the_same_process_cannot_record_a_retry(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """A retryable failure is recorded behind the same fence: refused for the older
+    activation (it would release the newer one's lease and hold the mailbox back)."""
+    rt, sent, older, _, newer = reclaimed_by_the_same_process(make_runtime, False)
+    assert older.head is not None
+    before = rows_of(rt, sent)
+    with pytest.raises(LeaseLost):
+        rt.store.transact(
+            lambda tx: rt.store.retry_later(
+                tx, older.lease, older.head, error="{}", attempt=1, delay_ms=60_000
+            )
+        )
+    assert_untouched_then_runs_once(rt, sent, before, newer, False)
