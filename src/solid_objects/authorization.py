@@ -54,6 +54,7 @@ Policy = Callable[[AuthorizationRequest], "bool | Awaitable[bool]"]
 
 
 def option_name(kind: Kind) -> str:
+    """The ``Runtime`` option that holds the policy of a kind (``authorize_message``)."""
     return f"authorize_{kind}"
 
 

@@ -103,6 +103,9 @@ class Options:
 
     @classmethod
     def from_kwargs(cls, kwargs: dict[str, Any]) -> Options:
+        """The options given to ``Runtime(...)``, validated; an unknown name is a
+        ``ConfigurationError`` that lists the known ones.
+        """
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - known)
         if unknown:
@@ -130,6 +133,7 @@ class Options:
         return options
 
     def validate(self) -> None:
+        """Refuse out-of-range or inconsistent values with a ``ConfigurationError``."""
         def positive(name: str, *, integer: bool = False, zero: bool = False) -> None:
             value = getattr(self, name)
             kinds = (int,) if integer else (int, float)
@@ -220,6 +224,7 @@ class Options:
             raise ConfigurationError("table_prefix must match [a-z][a-z0-9_]{0,30}")
 
     def replace(self, **changes: Any) -> Options:
+        """A copy with some options changed, validated again."""
         return dataclasses.replace(self, **changes)
 
     @property
@@ -227,4 +232,7 @@ class Options:
         return int(self.lease_duration * 1000)
 
     def retry_delay(self, attempt: int) -> float:
+        """The backoff before attempt ``attempt + 1``: exponential with jitter, capped at
+        ``retry_max_delay``.
+        """
         return float(min(self.retry_base_delay * 2 ** max(attempt - 1, 0), self.retry_max_delay))

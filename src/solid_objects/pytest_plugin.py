@@ -96,6 +96,7 @@ def fresh_database(
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add ``--solid-db URL``: the server the fixtures make fresh databases on."""
     group = parser.getgroup("solid-objects")
     group.addoption(
         "--solid-db",
@@ -119,6 +120,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture
 def solid_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of a fresh, empty database for this test (dropped afterwards)."""
     server = request.config.getoption("--solid-db") or os.environ.get(URL_VARIABLE) or None
     with fresh_database(server, tmp_path) as url:
         yield url
@@ -126,6 +128,7 @@ def solid_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 @pytest.fixture(scope="session")
 def solid_app_runtime(request: pytest.FixtureRequest) -> Runtime | AsyncRuntime | None:
+    """The application's own runtime, installed on this test's fresh database."""
     target = (
         request.config.getoption("--solid-runtime")
         or str(request.config.getini("solid_objects_runtime")).strip()
@@ -171,6 +174,7 @@ def _register_like(runtime: Runtime | AsyncRuntime, app: Runtime | AsyncRuntime 
 def solid_runtime_factory(
     solid_db_url: str, solid_app_runtime: Runtime | AsyncRuntime | None
 ) -> Iterator[Callable[..., Runtime]]:
+    """Build installed runtimes on this test's database; all are closed afterwards."""
     made: list[Runtime] = []
 
     def make(**options: Any) -> Runtime:
@@ -187,6 +191,7 @@ def solid_runtime_factory(
 
 @pytest.fixture
 def solid_runtime(solid_runtime_factory: Callable[..., Runtime]) -> Runtime:
+    """An installed, started runtime on this test's fresh database."""
     return solid_runtime_factory(workers=0)
 
 

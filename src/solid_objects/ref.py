@@ -68,6 +68,7 @@ class CallOptions:
         authorization: Any = None,
         connection: Any = None,
     ) -> CallOptions:
+        """These options with the given ones laid over them (None keeps the current value)."""
         changes: dict[str, Any] = {}
         if authorization is not None:
             changes["authorization"] = authorization
@@ -289,6 +290,9 @@ class OperationHandle(_Handle["Ref[Any]"], Generic[P, R]):
         return self._ref._invoke(self._operation, args, kwargs, self._options)  # type: ignore[no-any-return]
 
     def send(self, *args: P.args, **kwargs: P.kwargs) -> MessageReference[R]:
+        """Enqueue this operation durably and return at once with its
+        :class:`MessageReference` (``ref.add.send(n=1)``).
+        """
         return self._ref._send(self._operation, args, kwargs, self._options)
 
 
@@ -460,15 +464,25 @@ class AsyncMessageReference(_Message["AsyncRuntime"], Generic[R_co]):
         )
 
     async def status(self) -> str:
+        """The message's status now: queued, scheduled, completed, rejected, dead,
+        destroyed or cancelled.
+        """
         return await self._runtime._run(self._sync().status)
 
     async def cancel(self) -> bool:
+        """Cancel the message if it has not started; True if it was cancelled."""
         return await self._runtime._run(self._sync().cancel)
 
     async def result(self) -> R_co:
+        """The committed result; raises the stored failure, or ``MessageFailed``
+        while it has none yet.
+        """
         return await self._runtime._run(self._sync().result)
 
     async def wait(self, timeout: float | None = None) -> R_co:
+        """Wait for the committed outcome (at most ``timeout`` seconds) and return the
+        result or raise the failure (``CallTimeout`` when the time ran out).
+        """
         return await self._runtime._wait(self._sync(), timeout)  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
@@ -485,6 +499,9 @@ class AsyncOperationHandle(_Handle["AsyncRef[Any]"], Generic[P, R]):
         return await self._ref._invoke(self._operation, args, kwargs, self._options)  # type: ignore[no-any-return]
 
     async def send(self, *args: P.args, **kwargs: P.kwargs) -> AsyncMessageReference[R]:
+        """Enqueue this operation durably and return at once with its
+        :class:`AsyncMessageReference` (``await ref.add.send(n=1)``).
+        """
         return await self._ref._send(self._operation, args, kwargs, self._options)
 
 
@@ -509,6 +526,11 @@ class AsyncRef(_Actor["AsyncRuntime", A]):
         self, method: Callable[Concatenate[A, P], R], /, *args: P.args, **kwargs: P.kwargs
     ) -> R: ...
     async def call(self, method: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Call an operation and wait for its committed result.
+
+        ``await ref.call(Cart.add, sku="x")`` is the typed form of
+        ``await ref.add(sku="x")``, checked by mypy and pyright.
+        """
         return await self._invoke(
             operation_of(self._definition, method), args, kwargs, self._options
         )
@@ -526,9 +548,13 @@ class AsyncRef(_Actor["AsyncRuntime", A]):
         self, method: Callable[Concatenate[A, P], R], /, *args: P.args, **kwargs: P.kwargs
     ) -> AsyncMessageReference[R]: ...
     async def send(self, method: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Enqueue an operation durably and return its message reference:
+        ``await ref.send(Cart.add, sku="x")``, the typed form of ``await ref.add.send(...)``.
+        """
         return await self._send(operation_of(self._definition, method), args, kwargs, self._options)
 
     async def snapshot(self) -> dict[str, Any]:
+        """The actor's committed state as a dict (authorized like a query)."""
         return await self._runtime._run(
             self._runtime.sync._engine.snapshot,
             self._definition,
@@ -537,6 +563,7 @@ class AsyncRef(_Actor["AsyncRuntime", A]):
         )
 
     async def destroy(self) -> bool:
+        """Destroy the actor: its state, mailbox and reminders; True if it existed."""
         refuse_destroy_inside_turn(f"destroying {self.actor_type}({self.actor_id!r})")
         return await self._runtime._run(
             self._runtime.sync._engine.destroy,

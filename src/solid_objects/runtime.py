@@ -434,9 +434,11 @@ class AsyncRuntime:
     # --- setup ------------------------------------------------------------------------
 
     async def install(self) -> None:
+        """Create or upgrade the library's tables (:meth:`Runtime.install`)."""
         await self._run(self.sync.install)
 
     def register(self, cls: type[A]) -> type[A]:
+        """Make an actor class runnable here (:meth:`Runtime.register`)."""
         return self.sync.register(cls)
 
     def guard(self, engine: Engine) -> Engine:
@@ -456,6 +458,7 @@ class AsyncRuntime:
         return self.sync.commit_action(name)
 
     def ref(self, cls: type[A], actor_id: str) -> AsyncRef[A]:
+        """An :class:`AsyncRef` to the actor ``actor_id`` of ``cls``; nothing is read or written."""
         definition = self.sync.registry.register(cls)
         return AsyncRef(self, definition, actor_id)
 
@@ -469,20 +472,24 @@ class AsyncRuntime:
     # --- diagnosis ----------------------------------------------------------------------
 
     async def health(self) -> Report:
+        """Readiness: the database answers and the schema is current (:meth:`Runtime.health`)."""
         return await self._run(self.sync.health)
 
     async def doctor(
         self, *, round_trip: bool = True, timeout: float = 10.0, app: str = "APP"
     ) -> Report:
+        """Check configuration, database and workers (:meth:`Runtime.doctor`)."""
         return await self._run(self.sync.doctor, round_trip=round_trip, timeout=timeout, app=app)
 
     # --- lifecycle --------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Start the in-process workers (:meth:`Runtime.start`)."""
         shutdown.guard_sigterm()  # here, on the loop's thread: the runtime starts in another
         await self._run(self.sync.start)
 
     async def stop(self, timeout: float = 30.0) -> None:
+        """Drain the in-process workers and stop them (:meth:`Runtime.stop`)."""
         await self._run(self.sync.stop, timeout)
 
     async def run(self) -> None:

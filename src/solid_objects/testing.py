@@ -108,6 +108,7 @@ class EffectCapture:
         return [e.name for e in self.effects]
 
     def named(self, name: str) -> list[CapturedEffect]:
+        """The captured effects called ``name``, in the order they were staged."""
         return [e for e in self.effects if e.name == name]
 
     def __len__(self) -> int:
@@ -130,6 +131,7 @@ class EffectCapture:
 
 
 class Testing:
+    """``runtime.testing``: run ready work and due reminders now, deterministically, in tests."""
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
 
@@ -183,18 +185,24 @@ class Testing:
 
 
 class AsyncTesting:
+    """``runtime.testing`` of an :class:`AsyncRuntime`: the same helpers, awaitable."""
     def __init__(self, runtime: AsyncRuntime) -> None:
         self._runtime = runtime
 
     async def drain(self, *, timeout: float = 60.0) -> int:
+        """Run all ready work now (:meth:`Testing.drain`)."""
         return await self._runtime._run(self._runtime.sync.testing.drain, timeout=timeout)
 
     async def run_due_reminders(self, now: datetime, *, timeout: float = 60.0) -> int:
+        """Fire reminders as if the database clock read ``now``
+        (:meth:`Testing.run_due_reminders`).
+        """
         return await self._runtime._run(
             self._runtime.sync.testing.run_due_reminders, now, timeout=timeout
         )
 
     async def reset(self) -> None:
+        """Empty the library's tables (:meth:`Testing.reset`; needs ``allow_reset=True``)."""
         await self._runtime._run(self._runtime.sync.testing.reset)
 
     def capture_effects(self) -> EffectCapture:

@@ -315,6 +315,7 @@ class Administration(Maintenance, IdleActors, AdminBase):
     def discard_dead_letter(
         self, message_id: str, *, reason: str | None = None
     ) -> DiscardedDeadLetter:
+        """Discard one dead letter: :meth:`discard_dead_letters` for a single id."""
         return self.discard_dead_letters([message_id], reason=reason)[0]
 
     def discard_dead_letters(
@@ -528,6 +529,7 @@ class Administration(Maintenance, IdleActors, AdminBase):
         return Page([EffectInfo.of(r) for r in rows], next_cursor, datetime_of(now))
 
     def get_effect(self, effect_id: str) -> EffectInfo:
+        """One effect by its id (``ctx.id``): status, attempts, last error, claim."""
         check_identifier(effect_id, what="effect id")
         self._authorize("effects.inspect", effect_id=effect_id)
         store = self._runtime.store
@@ -538,6 +540,7 @@ class Administration(Maintenance, IdleActors, AdminBase):
         return EffectInfo.of(row)
 
     def retry_effect(self, effect_id: str, *, reason: str | None = None) -> RetriedEffect:
+        """Retry one dead effect: :meth:`retry_effects` for a single id."""
         return self.retry_effects([effect_id], reason=reason)[0]
 
     def retry_effects(

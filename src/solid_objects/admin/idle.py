@@ -42,6 +42,9 @@ def _cutoff(since: timedelta | datetime, now: int) -> int:
 
 
 class IdleActors(AdminBase):
+    """The administration API's view of quiet actors: listing them, the orphans of the
+    application's own ids, and expiring idle state (``state_ttl``).
+    """
     _summary: Callable[[ActorRow, int], ActorSummary]
 
     def quiet_actors(
@@ -218,31 +221,41 @@ class ActorOperations:
         self._admin = admin
 
     def list(self, actor_type: str, **kw: Any) -> Page[ActorSummary]:
+        """The actors of a type, by id: :meth:`Administration.actors`."""
         return self._admin.list_actors(actor_type, **kw)
 
     def inspect(self, actor_type: str, actor_id: str, **kw: Any) -> ActorDetail:
+        """One actor in detail: :meth:`Administration.inspect`."""
         return self._admin.inspect_actor(actor_type, actor_id, **kw)
 
     def pending(self, **kw: Any) -> Page[ActorSummary]:
+        """Actors with queued messages: :meth:`Administration.pending`."""
         return self._admin.actors_with_pending_work(**kw)
 
     def states(self, actor_type: str, actor_ids: Sequence[str]) -> dict[str, Any]:
+        """Committed states of several actors at once: :meth:`Administration.actor_states`."""
         return self._admin.actor_states(actor_type, actor_ids)
 
     def quiet(self, since: timedelta | datetime, **kw: Any) -> Page[ActorSummary]:
+        """Actors untouched since a time: :meth:`Administration.quiet_actors`."""
         return self._admin.quiet_actors(since, **kw)
 
     def orphans(self, actor_type: str, owner_ids: Iterable[str], **kw: Any) -> Page[ActorSummary]:
+        """Actors whose id the application no longer knows: :meth:`Administration.orphans`."""
         return self._admin.orphans(actor_type, owner_ids, **kw)
 
     def pause(self, actor_type: str, actor_id: str, **kw: Any) -> ActorPause:
+        """Hold an actor's mailbox: :meth:`Administration.pause_actor`."""
         return self._admin.pause_actor(actor_type, actor_id, **kw)
 
     def resume(self, actor_type: str, actor_id: str, **kw: Any) -> ActorPause:
+        """Let a paused actor run again: :meth:`Administration.resume_actor`."""
         return self._admin.resume_actor(actor_type, actor_id, **kw)
 
     def destroy(self, actor_type: str, actor_id: str, **kw: Any) -> bool:
+        """Destroy an actor: :meth:`Administration.destroy_actor`."""
         return self._admin.destroy_actor(actor_type, actor_id, **kw)
 
     def expire(self, **kw: Any) -> ExpiryReport:
+        """Delete idle actors past their ``state_ttl``: :meth:`Administration.expire_actors`."""
         return self._admin.expire_actors(**kw)

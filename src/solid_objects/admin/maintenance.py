@@ -53,6 +53,9 @@ def _identity(actor_type: str, actor_id: str) -> None:
 
 
 class Maintenance(AdminBase):
+    """The administration API's changes: pausing actors, steering reminders, processes,
+    retention and reconciliation; each writes an audit row in its own transaction.
+    """
     _summary: Callable[[ActorRow, int], ActorSummary]
     _orphaned_actors: Callable[[str, Iterable[str], int, str | None], Page[ActorSummary]]
 

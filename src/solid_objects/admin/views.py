@@ -23,6 +23,7 @@ T = TypeVar("T")
 
 
 def datetime_of(ms: int | None) -> datetime | None:
+    """A stored epoch-milliseconds time as an aware UTC datetime (None stays None)."""
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
 
@@ -61,6 +62,9 @@ class Page(Generic[T]):
 
 @dataclass(frozen=True)
 class DeadLetter:
+    """A message that failed for good, with its stored error and whether an operator
+    retried or discarded it.
+    """
     id: str
     actor_type: str
     actor_id: str
@@ -82,6 +86,7 @@ class DeadLetter:
 
     @classmethod
     def of(cls, row: DeadLetterRow) -> DeadLetter:
+        """The view of a store row."""
         return cls(
             id=row.id,
             actor_type=row.actor_type,
@@ -104,6 +109,7 @@ class DeadLetter:
 
 @dataclass(frozen=True)
 class LeaseInfo:
+    """Who holds an actor's activation lease, and until when (database clock)."""
     #: The worker process holding the lease (``<pid>-<token>``).
     owner: str
     generation: int
@@ -113,6 +119,7 @@ class LeaseInfo:
 
 @dataclass(frozen=True)
 class ActorSummary:
+    """One actor in a listing: its mailbox length, retry state, pause and lease."""
     actor_type: str
     actor_id: str
     #: Messages in the mailbox, the one running (if any) included.
@@ -128,6 +135,7 @@ class ActorSummary:
 
 @dataclass(frozen=True)
 class MailboxMessage:
+    """A message in an actor's mailbox (queued, running, or scheduled for later)."""
     id: str
     seq: int | None
     operation: str
@@ -144,6 +152,7 @@ class MailboxMessage:
 
     @classmethod
     def of(cls, row: MailboxRow) -> MailboxMessage:
+        """The view of a store row."""
         return cls(
             id=row.id,
             seq=row.seq,
@@ -160,6 +169,7 @@ class MailboxMessage:
 
 @dataclass(frozen=True)
 class EffectInfo:
+    """A staged effect: its id (``ctx.id``), status, attempts, claim and last error."""
     id: str
     name: str
     actor_type: str
@@ -178,6 +188,7 @@ class EffectInfo:
 
     @classmethod
     def of(cls, row: EffectAdminRow) -> EffectInfo:
+        """The view of a store row."""
         return cls(
             id=row.id,
             name=row.name,
@@ -197,6 +208,7 @@ class EffectInfo:
 
 @dataclass(frozen=True)
 class ReminderInfo:
+    """A reminder of an actor: when it fires next, its recurrence and whether it is paused."""
     operation: str
     key: str
     arguments: Any
@@ -211,6 +223,7 @@ class ReminderInfo:
 
     @classmethod
     def of(cls, row: ReminderAdminRow) -> ReminderInfo:
+        """The view of a store row."""
         return cls(
             operation=row.operation,
             key=row.key,
@@ -227,6 +240,7 @@ class ReminderInfo:
 
 @dataclass(frozen=True)
 class ActorDetail:
+    """One actor in full (``inspect``): committed state, mailbox, lease, effects, reminders."""
     actor_type: str
     actor_id: str
     #: The incarnation (``pk``): a destroyed and re-created actor gets a new one.
@@ -264,6 +278,7 @@ class ActorDetail:
 
 @dataclass(frozen=True)
 class TypeStatus:
+    """Counts for one actor type (or the total): actors, queued, retrying, dead letters, effects."""
     actor_type: str
     actors: int
     queued: int
@@ -285,11 +300,13 @@ class TypeStatus:
 
     @classmethod
     def of(cls, counts: TypeCounts) -> TypeStatus:
+        """The view of the store's counts."""
         return cls(**{f.name: getattr(counts, f.name) for f in dataclasses.fields(cls)})
 
 
 @dataclass(frozen=True)
 class Status:
+    """``admin.status()``: counts per actor type and in total, at the database's clock."""
     now: datetime | None
     types: list[TypeStatus]
     total: TypeStatus
@@ -297,6 +314,7 @@ class Status:
 
 @dataclass(frozen=True)
 class RetriedDeadLetter:
+    """The outcome of retrying a dead letter: the new message at the mailbox's tail."""
     message_id: str
     #: The new message, at the tail of the actor's mailbox.
     retry_message_id: str
@@ -306,12 +324,14 @@ class RetriedDeadLetter:
 
 @dataclass(frozen=True)
 class DiscardedDeadLetter:
+    """The outcome of discarding a dead letter."""
     message_id: str
     already: bool
 
 
 @dataclass(frozen=True)
 class RetriedEffect:
+    """The outcome of retrying a dead effect."""
     effect_id: str
     #: The effect's status now.
     status: str
@@ -321,6 +341,7 @@ class RetriedEffect:
 
 @dataclass(frozen=True)
 class AuditEntry:
+    """One row of the audit log: who changed what, when, through the administration API."""
     id: str
     at: datetime | None
     principal: str
@@ -333,6 +354,7 @@ class AuditEntry:
 
     @classmethod
     def of(cls, row: AuditRow) -> AuditEntry:
+        """The view of a store row."""
         return cls(
             id=row.id,
             at=datetime_of(row.at),
@@ -348,6 +370,7 @@ class AuditEntry:
 
 @dataclass(frozen=True)
 class ActorPause:
+    """The outcome of pausing or resuming an actor."""
     actor_type: str
     actor_id: str
     paused: bool
@@ -357,6 +380,7 @@ class ActorPause:
 
 @dataclass(frozen=True)
 class ReminderChange:
+    """The outcome of steering a reminder (pause, resume, cancel, run now)."""
     actor_type: str
     actor_id: str
     operation: str
@@ -369,6 +393,7 @@ class ReminderChange:
 
 @dataclass(frozen=True)
 class ProcessInfo:
+    """A process of the registry: what it runs, its heartbeat and its state."""
     #: The lease owner its leases and effect claims carry (``<pid>-<token>``).
     owner: str
     host: str
@@ -391,6 +416,7 @@ class ProcessInfo:
 
 @dataclass(frozen=True)
 class RecoveredProcess:
+    """The outcome of recovering a dead process: the leases and claims it released."""
     owner: str
     leases_released: int
     claims_released: int
@@ -400,6 +426,7 @@ class RecoveredProcess:
 
 @dataclass(frozen=True)
 class PruneReport:
+    """What ``prune`` deleted (or, in a dry run, would delete), per kind of row."""
     #: Rows finished before this were candidates.
     cutoff: datetime | None
     dry_run: bool
@@ -450,6 +477,7 @@ class ActorMessage:
 
     @classmethod
     def of(cls, row: ActorMessageRow) -> ActorMessage:
+        """The view of a store row."""
         return cls(
             id=row.id,
             seq=row.seq,

@@ -77,7 +77,9 @@ _commit_actions: dict[str, Callable[..., Any]] = {}
 class Sendable(Protocol):
     """An operation of a ref (``ref(Cart, "c1").add``): what :func:`send_on_commit` sends."""
 
-    def send(self, *args: Any, **kwargs: Any) -> Any: ...
+    def send(self, *args: Any, **kwargs: Any) -> Any:
+        """Enqueue the operation durably and return its message reference."""
+        ...
 
 
 def settings() -> dict[str, Any]:

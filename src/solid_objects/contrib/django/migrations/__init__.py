@@ -1,0 +1,2 @@
+"""The Django migration that installs the library's tables on ``migrate``."""
+
