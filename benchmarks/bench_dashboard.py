@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""How fast the operator dashboard's pages load with many actor rows (issue 18).
+"""How fast the operator dashboard's pages load with many actor rows.
 
 Seeds N actors of one type (default 1,000,000) into a temporary SQLite file: a
 few hundred through the runtime (state, a dead letter, a reminder), the rest

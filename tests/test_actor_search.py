@@ -1,4 +1,4 @@
-"""Finding actors by id prefix (issue 18): ``admin.list_actors(type, id_prefix=...)``.
+"""Finding actors by id prefix: ``admin.list_actors(type, id_prefix=...)``.
 
 The prefix is a range over the identity index, not ``LIKE``: ``%`` and ``_`` are plain
 characters, and ids compare by code point on every backend. Runs on every backend.

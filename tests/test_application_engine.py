@@ -1,5 +1,5 @@
-"""``Runtime(engine)`` uses the application's Engine as given (issue 13.5), and a URL
-without the installed driver says which URL works (issue 13.6).
+"""``Runtime(engine)`` uses the application's Engine as given, and a URL
+without the installed driver says which URL works.
 
 The application's engine says *where* the tables go only through what the library
 used to drop: PostgreSQL's ``search_path`` in ``connect_args`` (or set by a

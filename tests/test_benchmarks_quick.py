@@ -120,8 +120,8 @@ def test_quick_benchmark_writes_well_formed_json(tmp_path: Path) -> None:
 
 def test_quick_side_by_side_run_on_each_backend(backend: str, tmp_path: Path) -> None:
     """``run.py`` on one backend: a fresh scratch database, the raw limit with the same
-    driver, the deployed topology (4 worker processes and a caller-only process, the
-    cell of issue 14, with its per-role profile), the server's own transaction count;
+    driver, the deployed topology (4 worker processes and a caller-only process)
+    with its per-role profile, the server's own transaction count;
     the scratch database is dropped afterwards."""
     kind = "mariadb" if backend == "mysql" else backend
     out = tmp_path / "side.json"

@@ -1,5 +1,5 @@
 """A call's timeout bounds the call, and what ``CallTimeout`` says about the message is
-true (issue 12, item 13).
+true.
 
 No latency is asserted: each test checks the outcome (``CallTimeout`` rather than a
 ``DatabaseError`` after ``busy_timeout``, or a result returned late) and what became of

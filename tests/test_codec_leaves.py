@@ -1,5 +1,5 @@
 """The codec's shortcuts for plain leaves and ASCII text refuse exactly what the full
-checks refuse (the warm-call CPU work, issue 14)."""
+checks refuse (the warm-call CPU work)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Different identities run concurrently whenever a worker is free (issue 12, item 11).
+"""Different identities run concurrently whenever a worker is free.
 
 Each turn waits at a barrier that the other identity's turn must also reach: if one
 worker thread ran both one after the other while the others idled, the barrier

@@ -1,4 +1,4 @@
-"""Conflicts the server certainly rolled back are run again, not surfaced (issue 20).
+"""Conflicts the server certainly rolled back are run again, not surfaced.
 
 - PostgreSQL forced to SERIALIZABLE on every connection of three runtimes (the
   stand-in for CockroachDB's and YugabyteDB's conflict behaviour), 200 calls from

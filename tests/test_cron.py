@@ -1,4 +1,4 @@
-"""Cron reminders (issue 16): ``self.schedule(cron=..., timezone=...)``, evaluated in the
+"""Cron reminders: ``self.schedule(cron=..., timezone=...)``, evaluated in the
 zone (DST included), with the ``missed`` policy of ``every=``; bad input is
 ``InvalidArguments`` at staging time and writes nothing. On every database."""
 

@@ -1,4 +1,4 @@
-"""``self.current_message`` (issue 16): the running message's id, attempt, enqueued and
+"""``self.current_message``: the running message's id, attempt, enqueued and
 due time (database clock, UTC), idempotency key and sender, on every database."""
 
 from __future__ import annotations

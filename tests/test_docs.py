@@ -1,4 +1,4 @@
-"""Every ```python block in README.md and docs/*.md runs, as written (issue 13.12).
+"""Every ```python block in README.md and docs/*.md runs, as written.
 
 The convention, for whoever writes the docs:
 

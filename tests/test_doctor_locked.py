@@ -1,5 +1,5 @@
 """``solid-objects doctor`` on a locked SQLite database answers in its own bounded time
-and reports the lock (issue 12, item 15).
+and reports the lock.
 
 The test process holds the file's write lock (``BEGIN IMMEDIATE`` on its own
 connection, as a stalled process would) while a real ``solid-objects doctor``

@@ -1,4 +1,4 @@
-"""The servers' group commit of enqueues (``store/writer.py`` ``EnqueueBatcher``, issue 14).
+"""The servers' group commit of enqueues (``store/writer.py`` ``EnqueueBatcher``).
 
 Enqueues to any actor made while one is in flight share the next transaction, run
 sorted by ``(actor_type, actor_id)`` (stable: arrival order per actor), so two batches

@@ -2,7 +2,7 @@
 
 On PostgreSQL an unkeyed message due now to an existing actor is one data-modifying
 ``WITH`` (lock, next seq, optional lease take, insert, wake-up payload) instead of
-four statements (issue 14: each is a round trip and psycopg CPU). Whatever it does
+four statements (each is a round trip and psycopg CPU). Whatever it does
 not cover (no actor row, a full mailbox, an idempotency key, a delay) falls back to
 the general path, having written nothing. Each case is checked on every database:
 the same rows, the same claim and the same wake-up payload; the statement counts

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
     ids=["onboarding", "seats", "quickstart"],
 )
 def test_example_runs_and_leaves_no_temporary_files(command: list[str], tmp_path: Path) -> None:
-    """Each demo runs as written and removes its temporary folder (issue 13.13): the
+    """Each demo runs as written and removes its temporary folder: the
     temporary directory it is given is empty afterwards."""
     temporary = tmp_path / "tmp"
     temporary.mkdir()

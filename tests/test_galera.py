@@ -1,4 +1,4 @@
-"""A 3-node MariaDB Galera cluster with writers on every node (issue 20).
+"""A 3-node MariaDB Galera cluster with writers on every node.
 
 Not part of the ordinary suite: it needs the cluster of ``scripts/galera`` and is
 collected only when ``SOLID_TEST_GALERA_URLS`` names its three nodes::

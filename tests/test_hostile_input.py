@@ -348,7 +348,7 @@ def test_values_that_cannot_be_stored_faithfully_are_refused(rt: Runtime, value:
 def test_typed_arguments_are_validated_before_anything_is_written(
     rt: Runtime, key: Any, value: Any
 ) -> None:
-    """``put(key: str, value: int)``: arguments are strict (issue 13.11), so only a str key
+    """``put(key: str, value: int)``: arguments are strict, so only a str key
     and an int value pass; nothing converts ("12", 3.0)."""
     ref = rt.ref(Echo, "typed")
     ok_key = isinstance(key, str) and not _has_surrogate(key)

@@ -1,4 +1,4 @@
-"""Issue 12 item 8: every identifier compares byte by byte, on every database.
+"""Every identifier compares byte by byte, on every database.
 
 MariaDB's default collation ignores case and accents, so reminders for ``tick`` and
 ``Tick`` (or ``cafe`` and ``café``) were one row there. Schema 5 makes every text

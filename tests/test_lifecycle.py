@@ -182,7 +182,7 @@ def test_async_run_returns_when_the_runtime_is_ended(db_url: str, end: str) -> N
     asyncio.run(main())
 
 
-# --- a process that exits without close() gives its leases back (issue 13.2) --------------
+# --- a process that exits without close() gives its leases back --------------
 
 
 @pytest.mark.parametrize(

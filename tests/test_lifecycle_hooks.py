@@ -1,4 +1,4 @@
-"""Lifecycle hooks (issue 16): ``on_activate`` after state is loaded, before an
+"""Lifecycle hooks: ``on_activate`` after state is loaded, before an
 activation's first turn, a failure being a setup failure with the attempt budget and
 dead letter; ``on_deactivate`` best effort on idle release and shutdown. On every
 database."""

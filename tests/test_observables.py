@@ -1,4 +1,4 @@
-"""Observables and the broadcast outbox (issue 19): what a turn broadcasts, and when."""
+"""Observables and the broadcast outbox: what a turn broadcasts, and when."""
 
 from __future__ import annotations
 

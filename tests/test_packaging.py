@@ -1,5 +1,5 @@
 """The wheel and the sdist carry the license and the package, and none of the junk a
-working tree collects (issue 13.14).
+working tree collects.
 
 The build runs on a copy of the source tree into which the test plants what running
 the tests and the tools leaves behind (``.hypothesis/``, ``.venv/``, ``__pycache__``,

@@ -1,4 +1,4 @@
-"""PostgreSQL failover under load: a Patroni switchover, then the primary killed (issue 20).
+"""PostgreSQL failover under load: a Patroni switchover, then the primary killed.
 
 Not part of the ordinary suite: it needs the cluster of ``scripts/patroni`` and is
 collected only when ``SOLID_TEST_PATRONI_URL`` holds its multi-host URL::

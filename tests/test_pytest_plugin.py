@@ -75,7 +75,7 @@ def test_the_fixtures_run_on_a_server_given_by_url(pytester: pytest.Pytester, se
     result.assert_outcomes(passed=4)
 
 
-# --- the application's own registrations (issue 16) -------------------------------------
+# --- the application's own registrations -------------------------------------
 
 APP_MODULE = """
 from solid_objects import Actor, Runtime

@@ -1,4 +1,4 @@
-"""The realtime WebSocket endpoint (issue 19) over Starlette's TestClient, on every backend."""
+"""The realtime WebSocket endpoint over Starlette's TestClient, on every backend."""
 
 from __future__ import annotations
 

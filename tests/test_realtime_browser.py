@@ -1,4 +1,4 @@
-"""Realtime in a real browser (issue 19): ``python -m examples.live_counter`` in a
+"""Realtime in a real browser: ``python -m examples.live_counter`` in a
 subprocess, two browser contexts of the system Chromium driven by Playwright."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The realtime endpoint under a real uvicorn process, over real sockets (issue 19)."""
+"""The realtime endpoint under a real uvicorn process, over real sockets."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Actor classes are served without a second list (issue 13.1), and work that no
+"""Actor classes are served without a second list, and work that no
 live process serves is named as such by the worker, ``doctor`` and ``CallTimeout``.
 
 The README's first example, copied into ``app/actors.py`` as a user would (the

@@ -1,5 +1,5 @@
 """Credentials never leave the process: every URL shown or logged is masked, and the
-health endpoint listens on the loopback interface unless told otherwise (issue 12, item 18).
+health endpoint listens on the loopback interface unless told otherwise.
 
 The doctor runs as a real ``solid-objects doctor`` subprocess against a URL that carries
 passwords in every form the drivers accept; the health endpoint is a real HTTP server.

@@ -1,4 +1,4 @@
-"""Mailbox order of messages that enter the mailbox later (README guarantee 1, issue 12).
+"""Mailbox order of messages that enter the mailbox later (README guarantee 1).
 
 Messages sent by an actor's turn (``send_to``) and delayed messages are stored
 as ``scheduled`` rows and enter their target's ordered mailbox when they are

@@ -1,7 +1,7 @@
 """A process remembers what it sent, so ``send().wait()`` needs no read of the row.
 
 A wait that starts after its message's enqueue (``send()`` then ``wait()``) had to read
-the message row at once (issue 14: ~1.34 reads per call from a caller-only process), since
+the message row at once (~1.34 reads per call from a caller-only process without it), since
 the outcome may have been announced before anyone waited. Now a message sent while the
 wake-up listener is connected is remembered (``Waiters.sent``, bounded), and so is its
 outcome's announcement: the wait settles from memory, or waits for the announcement.

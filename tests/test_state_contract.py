@@ -1,4 +1,4 @@
-"""Issue 12 items 4-7, 16, 17: state, incarnations and the inside-turn guard.
+"""State, incarnations and the inside-turn guard.
 
 Each test names the promise it protects; all run on SQLite, PostgreSQL and MariaDB.
 """
@@ -59,7 +59,7 @@ def test_cached_state_after_a_turn_equals_what_a_reload_gives(
     assert n == 4
 
 
-# --- item 6 and 7: actor code may not reach actors behind its turn's commit ---------------
+# --- actor code may not reach actors behind its turn's commit ---------------
 
 FACES: list[Any] = []
 
@@ -151,7 +151,7 @@ def test_async_face_refuses_calls_sends_and_destroys_inside_a_turn(
     assert reacher == {"done": 0}
 
 
-# --- item 16: keys that collide once converted are refused, not merged ------------------
+# --- keys that collide once converted are refused, not merged ------------------
 
 
 LaxInt = Annotated[int, Strict(False)]
@@ -160,7 +160,7 @@ LaxInt = Annotated[int, Strict(False)]
 class Keyed(Actor):
     by_id: dict[int, int] = {}
 
-    # Arguments are strict (issue 13.11): these keys opt in to conversion, which is
+    # Arguments are strict: these keys opt in to conversion, which is
     # where keys can collide.
     def total(self, values: dict[LaxInt, int]) -> int:
         return sum(values.values())
@@ -224,7 +224,7 @@ def test_state_and_results_whose_keys_collide_after_conversion_are_refused(
     assert count_rows(rt, "messages", "status = 'dead' AND attempts = 1") == 2
 
 
-# --- item 17: every read path shows migrated state ----------------------------------------
+# --- every read path shows migrated state ----------------------------------------
 
 
 class TallyV1(Actor):
@@ -278,7 +278,7 @@ def test_admin_reads_show_state_migrated_like_snapshot(
     assert (stored.state, stored.state_migrated) == ({"count": 3}, False)
 
 
-# --- item 5: an effect's callback does not recreate a destroyed incarnation ---------------
+# --- an effect's callback does not recreate a destroyed incarnation ---------------
 
 
 class Emitter(Actor):

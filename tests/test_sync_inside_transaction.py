@@ -1,5 +1,4 @@
-"""A call from a thread that holds SQLite's write lock is refused at once (issue 12,
-item 14).
+"""A call from a thread that holds SQLite's write lock is refused at once.
 
 The application writes through its own Engine (the one it gave ``Runtime``) and, before
 committing, calls an actor. On SQLite the library's writer then waits for the lock that

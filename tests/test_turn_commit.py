@@ -1,4 +1,4 @@
-"""A turn's fenced commit, statement by statement (issue 14).
+"""A turn's fenced commit, statement by statement.
 
 On PostgreSQL a turn that staged nothing commits as one data-modifying ``WITH``:
 the fenced ``UPDATE`` of the actor row, the message's ``UPDATE`` (only if the

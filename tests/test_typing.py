@@ -58,7 +58,7 @@ UNNEEDED_LINE = 18  # a correct line carrying ignore comments it does not need
 REVEAL_LINE = 20
 UNNEEDED_IGNORES = "  # type: ignore[assignment]  # pyright: ignore[reportAssignmentType]"
 
-# The attribute form with the mistakes issue 16 lists, none carrying an ignore comment:
+# The attribute form with the usual mistakes, none carrying an ignore comment:
 # each one must be an error under mypy with the plugin (the codes below, line by line).
 ATTRIBUTE_CONTROL = """\
 from typing import reveal_type

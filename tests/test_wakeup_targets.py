@@ -1,7 +1,7 @@
 """Cross-process wake-ups reach the process that must act, and waiters trust them.
 
 Two costs of the deployed topology (caller-only processes, worker processes;
-issue 14, ``docs/benchmarks.md``): every enqueue woke every worker process's
+``docs/benchmarks.md``): every enqueue woke every worker process's
 poller (each then read the ready actors and the due times, to find one actor
 another process held), and a caller waiting for a message that another process
 runs read its row with a 2-50 ms backoff even while that process announces the

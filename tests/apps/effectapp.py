@@ -1,5 +1,5 @@
-"""A worker process that handles effects and serves no actor type (issue 16's
-unhandled-effect tests, ``tests/test_issue16_unhandled.py``).
+"""A worker process that handles effects and serves no actor type (the
+unhandled-effect tests, ``tests/test_unhandled_effects.py``).
 
     SOLID_TEST_DB=... python -m solid_objects worker tests.apps.effectapp:runtime
 

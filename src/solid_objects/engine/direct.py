@@ -3,7 +3,7 @@
 
 The message is appended to the mailbox by its own turn's commit: one transaction,
 fenced by the lease and by the mailbox being empty (docs/design-decisions.md, "Direct
-turns"). The caller's deadline bounds it (issue 12 item 13): a turn runs here only
+turns"). The caller's deadline bounds it: a turn runs here only
 when its operation's recent turns were short next to the time left, and a commit
 still waiting for the database at the deadline settles in the background.
 """

@@ -1,4 +1,4 @@
-"""Refuse a call made while its own thread holds SQLite's write lock (issue 12, item 14).
+"""Refuse a call made while its own thread holds SQLite's write lock.
 
 SQLite has one writer. A thread that has written through an SQLAlchemy connection and
 not committed holds the database's write lock; if it then calls an actor, the

@@ -352,7 +352,7 @@ class WorkerPool(DirectTurns, CommitsApart):
 
         A thread takes only its share while other worker threads wait for work: one
         thread running several actors' turns one after the other would make a slow
-        turn delay an unrelated actor (issue 12 item 11). Batching is for when every
+        turn delay an unrelated actor. Batching is for when every
         thread is busy.
         """
         with self._cond:

@@ -188,7 +188,7 @@ class Store(
                 retry = not exc.commit_unknown and (
                     self.dialect.rolled_back(exc.orig) or exc.disconnect
                 )
-                # A call's deadline that passed ends the retries (issue 12 item 13).
+                # A call's deadline that passed ends the retries.
                 if attempt == _CONFLICT_RETRIES or not retry or deadline.expired():
                     raise
                 log.debug("transaction %d rolled back (%r); running it again", attempt + 1, exc)

@@ -1,4 +1,4 @@
-"""Issue 16: ``max_activation_seconds`` bounds one activation's pass on a worker.
+"""``max_activation_seconds`` bounds one activation's pass on a worker.
 
 A busy actor gives its worker up after that long, not only after
 ``max_turns_per_activation`` turns, so an actor whose work arrives while two busy

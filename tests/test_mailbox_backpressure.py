@@ -1,4 +1,4 @@
-"""Issue 16: backpressure (``max_mailbox_length`` / ``MailboxFull``) on all three databases."""
+"""Backpressure (``max_mailbox_length`` / ``MailboxFull``) on all three databases."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 16: an event for every step a user may want to watch, through the existing
+"""An event for every step a user may want to watch, through the existing
 hooks (``Instrumentation``), logs, metrics and spans.
 
 One scenario per database makes every step happen once, with a recording

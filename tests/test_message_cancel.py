@@ -1,4 +1,4 @@
-"""Issue 16: ``MessageReference.cancel()`` of a message that has not started (all databases)."""
+"""``MessageReference.cancel()`` of a message that has not started (all databases)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Idle actors (issue 16): quiet actors, orphans of the application's data, per-type
+"""Idle actors: quiet actors, orphans of the application's data, per-type
 message retention and opt-in expiry of idle instances. Runs on every backend.
 """
 

@@ -1,4 +1,4 @@
-"""Issue 16: rejection codes, NonRetryableError, QueryMutatedState (all three databases)."""
+"""Rejection codes, NonRetryableError, QueryMutatedState (all three databases)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The test helpers of issue 16: ``runtime.testing.reset()`` and
+"""The test helpers ``runtime.testing.reset()`` and
 ``runtime.testing.capture_effects()``, on both faces and every backend. The pytest
 plugin's fixtures are tested in ``tests/test_pytest_plugin.py``.
 """

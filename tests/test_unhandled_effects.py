@@ -1,4 +1,4 @@
-"""Issue 16: an effect no live process handles dies after ``unhandled_effect_timeout``.
+"""An effect no live process handles dies after ``unhandled_effect_timeout``.
 
 On all three databases: an ``emit`` with a name nobody handles becomes ``dead`` with
 its ``on_failure`` callback; ``None`` keeps it pending; the doctor and the metrics
