@@ -22,8 +22,7 @@ from sqlalchemy.engine import make_url
 from solid_objects import Actor, Runtime
 from solid_objects.errors import MailboxFull
 from solid_objects.store import Enqueued, MessageRow, Store, Tx, mailbox
-from solid_objects.store.hints import parse_message_hint
-from solid_objects.store.mailbox import held_hint
+from solid_objects.store.notices import held_hint, parse_message_hint
 from solid_objects.store.rows import new_id
 
 from .conftest import BACKENDS, count_rows
@@ -225,8 +224,8 @@ def test_a_lease_held_by_another_process_gets_its_held_hint(
         plain = enqueue(rt.store, "held", payloads)
     assert sum(kinds.values()) == 2 * COMMON[backend], kinds
     assert (done.claimed, plain.claimed) == (None, None)
-    # The message fits: m: carries it to the owner (hints.py); too large, h: names it.
-    carried = [parse_message_hint(p, "other-1") for p in payloads]
+    # The message fits: m: carries it to the owner (notices.py); too large, h: names it.
+    carried = [parse_message_hint(p, "other-1", rt.store.notice_key) for p in payloads]
     assert [(pk, m.id, m.seq) for pk, m in carried if m is not None] == [
         (before["pk"], done.message.id, 2),
         (before["pk"], plain.message.id, 3),
@@ -315,7 +314,7 @@ def test_the_one_statement_sends_the_payload_by_notify(rt: Runtime) -> None:
             )
         got = [n.payload for n in listen.notifies(timeout=10, stop_after=2)]
     pk = actor(rt, "notified")["pk"]
-    carried = [parse_message_hint(p, "other-2") for p in got]
+    carried = [parse_message_hint(p, "other-2", rt.store.notice_key) for p in got]
     assert [(found, m.seq) for found, m in carried if m is not None] == [(pk, 2), (pk, 3)]
 
 

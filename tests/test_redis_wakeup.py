@@ -324,7 +324,7 @@ def test_a_nudge_that_arrives_before_the_enqueue_is_routed_is_not_lost(db_url: s
                 "the worker runtime to finish the message",
             )
             delivered.append(message_id)
-            caller_rt._on_notification(f"d:{message_id}")  # the wake-up, before routing
+            caller_rt._notices(f"d:{message_id}")  # the wake-up, before routing
 
         with faults.inject(finished_elsewhere_first):
             assert caller_rt.ref(Counter, "early").add() == 1

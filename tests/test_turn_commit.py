@@ -25,8 +25,8 @@ from solid_objects.engine.wakeup import PostgresListener
 from solid_objects.errors import LeaseLost
 from solid_objects.store import Claimed, Store
 from solid_objects.store.dialect import Tx
+from solid_objects.store.notices import outcome_notice
 from solid_objects.store.rows import Committed, new_id
-from solid_objects.store.turns import done_payload
 from tests.conftest import BACKENDS, count_rows
 from tests.test_processes import STEP, wait_until
 from tests.test_server_faults import lock_waiters
@@ -235,7 +235,7 @@ def test_a_lease_taken_over_before_the_commit_notifies_nothing(
     finally:
         listener.stop()
     held = taken_over["sent"]["held"].id
-    outcome = done_payload(held, "completed", "5", None)
+    outcome = outcome_notice(rt.store.notice_key, held, "completed", "5", None)
     assert [p for p in heard if p not in ("w", "later")] == [outcome]
     assert_nothing_written_for_stale(taken_over)
 

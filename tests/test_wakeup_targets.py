@@ -24,9 +24,7 @@ import pytest
 from solid_objects import Actor, Rejected, Runtime
 from solid_objects.store import mailbox
 from solid_objects.store.dialect import Tx
-from solid_objects.store.hints import message_fields, message_hint, parse_message_hint
-from solid_objects.store.mailbox import held_hint, parse_held_hint
-from solid_objects.store.turns import done_payload, parse_outcome
+from solid_objects.store.notices import held_hint, parse_message_hint
 from tests.apps.procapp import AppendLog
 from tests.conftest import BACKENDS
 from tests.test_processes import STEP, Cluster, wait_until
@@ -66,12 +64,6 @@ def cluster(tmp_path: Path, db_url: str) -> Iterator[Cluster]:
         c.close()
 
 
-def test_held_hint_round_trips_and_refuses_other_payloads() -> None:
-    assert parse_held_hint(held_hint(42, "123-ab:cd")) == (42, "123-ab:cd")
-    for other in ("w", "d:abc", "b:[]", "h:", "h:x:owner", "h:12"):
-        assert parse_held_hint(other) is None
-
-
 def test_an_enqueue_to_a_held_actor_names_its_owner_and_one_to_a_free_actor_wakes_all(
     db_url: str,
 ) -> None:
@@ -95,7 +87,7 @@ def test_an_enqueue_to_a_held_actor_names_its_owner_and_one_to_a_free_actor_wake
             )
         # The message fits: m: carries it to the owner (h: only when it is too large).
         assert payloads[1] == "w" and payloads[0].startswith(f"m:{pk}:{holder.owner}:")
-        carried = parse_message_hint(payloads[0], holder.owner)
+        carried = parse_message_hint(payloads[0], holder.owner, holder.store.notice_key)
         assert carried is not None and carried[0] == int(pk)
         assert carried[1] is not None and carried[1].operation == "add"
     finally:
@@ -135,8 +127,8 @@ def test_a_held_hint_wakes_only_the_owner_and_runs_its_turn(
                 {"t": "HeldHintCounter", "i": "signalled"},
             )
         payload = held_hint(int(pk), owner.owner)
-        other._on_notification(payload)
-        owner._on_notification(payload)
+        other._notices(payload)
+        owner._notices(payload)
         # The owner's worker runs it: no poller (30 s) and no wake-up of one needed.
         wait_until(
             lambda: owner.ref(HeldHintCounter, "signalled").snapshot()["n"] == 2,
@@ -229,14 +221,6 @@ class OutcomeCarrier(Actor):
             raise Rejected("negative", "n must not be negative", {"n": n})
         self.n += n
         return {"n": self.n, "pad": "x" * pad}
-
-
-def test_done_payload_carries_a_small_outcome_and_names_a_large_one() -> None:
-    small = done_payload("m1", "completed", '{"n":1}', None)
-    assert parse_outcome(small) == ("m1", "completed", '{"n":1}', None)
-    assert done_payload("m2", "completed", '"' + "x" * 8000 + '"', None) == "d:m2"
-    for other in ("w", "d:m1", "o:", "o:[1,2]", 'o:["a","b",3,null]', "o:{"):
-        assert parse_outcome(other) is None
 
 
 @pytest.mark.parametrize("backend", POSTGRESQL, indirect=True)
@@ -424,28 +408,6 @@ class CarriedNote(Actor):
         return len(self.notes)
 
 
-def test_message_hint_round_trips_and_refuses_malformed_fields() -> None:
-    fields = message_fields("id1", "T", "a:b", "op", '{"x":"\u00e9"}', None, "tp", None)
-    assert fields is not None and fields.isascii()
-    payload = message_hint(7, "123-ab:cd", 3, 1000, fields)
-    assert parse_message_hint(payload, "123-xy") is None  # another owner's: ignored
-    assert parse_message_hint(payload, "9-ab:cd") is None
-    pk, message = parse_message_hint(payload, "123-ab:cd") or (None, None)
-    assert pk == 7 and message is not None
-    assert (message.id, message.actor_id, message.seq, message.arguments) == (
-        "id1",
-        "a:b",
-        3,
-        '{"x":"\u00e9"}',
-    )
-    assert (message.status, message.available_at, message.created_at) == ("queued", 1000, 1000)
-    for bad in ("[1]", "{", '["a","b","c","d",5,null,null,null]', ""):
-        assert parse_message_hint(f"m:7:o:3:1000:{bad}", "o") == (7, None)
-    assert parse_message_hint("m:7:o:x:1000:" + fields, "o") == (7, None)
-    assert parse_message_hint("m:x:o:3:1000:" + fields, "o") == (None, None)
-    assert message_fields("id", "T", "a", "op", '"' + "x" * 8000 + '"', None, None, None) is None
-
-
 def carried_setup(
     db_url: str, monkeypatch: pytest.MonkeyPatch, actor_id: str, **options: Any
 ) -> tuple[Runtime, Runtime, Runtime, list[int], dict[str, int]]:
@@ -517,8 +479,8 @@ def test_the_owner_runs_a_carried_message_with_no_head_read(
         def deliver(reference: Any) -> Any:
             wait_until(lambda: len(payloads) == 1, STEP, "the enqueue to publish")
             payload = payloads.pop()
-            other._on_notification(payload)
-            owner._on_notification(payload)
+            other._notices(payload)
+            owner._notices(payload)
             return payload, reference
 
         payload, second = deliver(ref.note.send(text="second"))
@@ -537,7 +499,7 @@ def test_the_owner_runs_a_carried_message_with_no_head_read(
         wait_until(lambda: len(payloads) == 1, STEP, "the enqueue to publish")
         good = payloads.pop()
         head, _, _ = good.rpartition(":")  # the fields' JSON holds colons: cut in it
-        owner._on_notification(good[: good.index(":[") + 1] + '["broken"]')
+        owner._notices(good[: good.index(":[") + 1] + '["broken"]')
         assert fourth.wait(STEP) == 4
         assert reads[0] == 2 and head  # malformed: the owner read the mailbox
         assert notes_of(owner, "carried") == ["first", "second", "x" * 8, "fourth"]

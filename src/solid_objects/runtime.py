@@ -33,7 +33,8 @@ from .catalogue import CATALOGUE
 from .database import library_engine
 from .definition import Operation
 from .engine.client import Client
-from .engine.waiters import Outcome, Waiters
+from .engine.notices import NoticeDispatch
+from .engine.waiters import Waiters
 from .engine.wakeup import listener_for
 from .engine.worker import WorkerPool
 from .errors import ApplicationWriteForbidden, ConfigurationError
@@ -41,11 +42,7 @@ from .options import Options
 from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref, resolve_operation
 from .registry import NamedHandlers, Registry
 from .store import Store
-from .store.broadcasts import parse_hint
-from .store.hints import parse_message_hint
-from .store.mailbox import parse_held_hint
 from .store.store import new_owner
-from .store.turns import parse_outcome
 from .testing import AsyncTesting, Testing
 
 if TYPE_CHECKING:
@@ -110,7 +107,9 @@ class Runtime:
         self._engine.transactions.watch(self.engine)
         if isinstance(database, Engine):
             self._engine.transactions.watch(database)
-        self._listener = listener_for(self.store, self.options.wakeup_url, self._on_notification)
+        #: What a wake-up from another process does here (``engine/notices.py``).
+        self._notices = NoticeDispatch(self.store.notice_key, self._waiters, self._pool)
+        self._listener = listener_for(self.store, self.options.wakeup_url, self._notices)
         if self._listener is not None:
             self._engine.notified = self._listener.listening.is_set
             self._engine.listen_connection = self._listen_connection
@@ -266,32 +265,6 @@ class Runtime:
         if listener is None or not listener.listening.is_set():
             return None
         return listener.connections
-
-    def _on_notification(self, payload: str) -> None:
-        if payload.startswith("d:"):
-            self._waiters.nudge(payload[2:])
-        elif (finished := parse_outcome(payload)) is not None:
-            # Another process committed this outcome: a caller waiting here settles on it.
-            message_id, status, result, error = finished
-            self._waiters.resolve(message_id, Outcome(status, result, error))
-        elif payload.startswith("b:"):  # a broadcast committed: realtime endpoints read it
-            identity = parse_hint(payload)
-            if identity is not None:
-                self._pool.broadcasted(*identity)
-        elif payload.startswith("m:"):
-            # A new message for an actor whose lease one process holds, carried to it.
-            carried = parse_message_hint(payload, self._pool.owner)
-            if carried is not None:
-                pk, message = carried
-                if pk is None or not self._pool.signal(pk, message):
-                    self._pool.poller.wake()
-        elif (held := parse_held_hint(payload)) is not None:
-            # New work for an actor whose lease one process holds: only that one acts.
-            pk, owner = held
-            if owner == self._pool.owner and not self._pool.signal(pk):
-                self._pool.poller.wake()  # not cached here: the poller decides
-        else:
-            self._pool.poller.wake()
 
     def run(self) -> None:
         """Run workers until SIGTERM/SIGINT, :meth:`request_stop`, :meth:`stop` or

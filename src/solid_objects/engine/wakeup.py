@@ -7,8 +7,8 @@ transaction (delivered only if it commits). With ``wakeup_url`` (any
 database; the way for MySQL/MariaDB) the store hands each payload to
 :class:`RedisWakeup` *after* the commit, which publishes it from a thread of
 its own. Either way one subscribing connection per runtime, outside the pool,
-turns ``w`` into a poller wake-up and ``d:<id>`` into a nudge for a caller
-waiting on that message. Polling stays the durable fallback: a lost
+hands each payload to ``engine/notices.py`` (which acts on it; the payloads
+themselves are ``store/notices.py``'s). Polling stays the durable fallback: a lost
 notification, or a broker that is down, only costs latency.
 """
 
@@ -293,7 +293,9 @@ class RedisWakeup:
                     message = pubsub.get_message(timeout=1.0)
                     if message is not None and message["type"] == "message":
                         data = message["data"]
-                        payload = data.decode() if isinstance(data, bytes) else str(data)
+                        payload = (
+                            data.decode(errors="replace") if isinstance(data, bytes) else str(data)
+                        )
                         self.received += 1
                         self.recent.append(payload)
                         self._on_payload(payload)

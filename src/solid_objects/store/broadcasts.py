@@ -11,13 +11,13 @@ exactly what came after, in order, whichever process committed it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 from .dialect import Tx
+from .notices import broadcast_hint
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,24 +40,6 @@ class ActorHead:
     revision: int
     state: str | None
     state_version: int
-
-
-#: The channel payload that tells listeners an actor broadcast something.
-def hint(actor_type: str, actor_id: str) -> str:
-    return "b:" + json.dumps([actor_type, actor_id], separators=(",", ":"))
-
-
-def parse_hint(payload: str) -> tuple[str, str] | None:
-    """The identity of a ``b:`` payload, or None for anything else."""
-    if not payload.startswith("b:"):
-        return None
-    try:
-        actor_type, actor_id = json.loads(payload[2:])
-    except (ValueError, TypeError):
-        return None
-    if not isinstance(actor_type, str) or not isinstance(actor_id, str):
-        return None
-    return actor_type, actor_id
 
 
 #: Rows deleted per transaction by :meth:`BroadcastStatements.prune_broadcasts`.
@@ -109,7 +91,7 @@ class BroadcastStatements:
             "created_at) VALUES (:pk, :rev, :t, :i, :changes, {now})",
             {"pk": actor_pk, "rev": revision, "t": actor_type, "i": actor_id, "changes": changes},
         )
-        self.notify(tx, hint(actor_type, actor_id))
+        self.notify(tx, broadcast_hint(actor_type, actor_id))
 
     def broadcast_destroyed(self, tx: Tx, actor_pk: int, actor_type: str, actor_id: str) -> None:
         """Mark the end of an incarnation for its subscribers (called by ``destroy``)."""

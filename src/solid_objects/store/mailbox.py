@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from ..errors import IdempotencyConflict, MailboxFull
 from .dialect import Dialect, Tx
-from .hints import message_fields, message_hint
+from .notices import NoticeKey, held_hint, message_fields, message_hint
 from .rows import (
     MSG_COLS,
     Claimed,
@@ -36,27 +36,6 @@ from .rows import (
 _process_sends = itertools.count(1)
 
 
-def held_hint(pk: int, owner: str) -> str:
-    """The wake-up payload for new work in a mailbox whose lease ``owner`` holds.
-
-    Only the owning process acts on it (its worker reads the mailbox); every other
-    process ignores it, since none may claim an unexpired lease: one wake-up per
-    enqueue instead of every poller reading the ready actors. A runtime that does
-    not know the payload treats it as ``w`` (wakes its poller), as before.
-    """
-    return f"h:{pk}:{owner}"
-
-
-def parse_held_hint(payload: str) -> tuple[int, str] | None:
-    """``(pk, owner)`` of a :func:`held_hint` payload, or None for anything else."""
-    if not payload.startswith("h:"):
-        return None
-    pk, sep, owner = payload[2:].partition(":")
-    if not sep or not pk.isdigit():
-        return None
-    return int(pk), owner
-
-
 #: The columns every enqueue writes to a new message, in the order of ``_insert_message``.
 _MESSAGE_COLUMNS = (
     "id, actor_pk, actor_type, actor_id, seq, operation, arguments, idempotency_key, status, "
@@ -72,7 +51,7 @@ def _enqueue_statement(*, claim: bool, limited: bool, notify: bool) -> str:
     the lock), ``u`` the ``UPDATE`` that takes the next seq (and, with ``claim``, the
     lease when it is free: ``take``), ``INSERT`` the message; the final ``SELECT``
     returns the wake-up payload the Python path would choose (NULL: none; ``m:``
-    carries the message, see ``hints``) and, with ``notify``, sends it; after a claim,
+    carries the message, signed here: ``notices``) and, with ``notify``, sends it; after a claim,
     also what ``load_claimed`` reads of the actor row. No actor row: no row; a full
     mailbox (``limited``): a row of NULLs; either way nothing is written and the caller
     falls back.
@@ -88,7 +67,7 @@ def _enqueue_statement(*, claim: bool, limited: bool, notify: bool) -> str:
         "c.lease_owner IS NOT NULL AND c.lease_expires_at > c.at_ms AND c.paused = 0 "
         "AND (c.ready_at IS NULL OR c.ready_at <= c.at_ms)"
     )
-    # m: with the message's fields when the caller found they fit (hints.message_fields),
+    # m: with the message's fields when the caller found they fit (notices.message_fields),
     # else h: (the concatenation with a NULL :fields is NULL). c.next_seq is the new seq.
     owned = "CAST(c.pk AS TEXT) || ':' || c.lease_owner"
     carried = (
@@ -117,7 +96,13 @@ def _enqueue_statement(*, claim: bool, limited: bool, notify: bool) -> str:
         state = ", u.state, u.state_version, u.done_seq, u.attempt"
     else:
         take, payload, lease, claimed, state = "FALSE", hint, "", "", ""
-    wake = ", CASE WHEN u.payload IS NOT NULL THEN pg_notify(:channel, u.payload) END"
+    # An m: gets its MAC (the key's pads are parameters), as notices.message_hint signs it.
+    signed = (
+        "CASE WHEN left(u.payload, 2) = 'm:' THEN u.payload || '#' || "
+        + NoticeKey.sql_mac("u.payload")
+        + " ELSE u.payload END"
+    )
+    wake = f", CASE WHEN u.payload IS NOT NULL THEN pg_notify(:channel, {signed}) END"
     return (
         "WITH l AS (SELECT pk, next_seq, done_seq, lease_owner, lease_expires_at, paused, "
         "ready_at, lease_generation, {now} AS at_ms FROM {actors} "
@@ -134,7 +119,7 @@ def _enqueue_statement(*, claim: bool, limited: bool, notify: bool) -> str:
         + "), "
         f"m AS (INSERT INTO {{messages}} ({_MESSAGE_COLUMNS}) SELECT :id, pk, :t, :i, seq, :op, "
         ":args, NULL, 'queued', at_ms, 0, at_ms, :tp, NULL, :sender FROM u) "
-        "SELECT u.pk, u.seq, u.at_ms, u.payload, u.gen"
+        f"SELECT u.pk, u.seq, u.at_ms, {signed}, u.gen"
         + state
         + (wake if notify else "")
         + (" FROM c LEFT JOIN u ON TRUE" if limited else " FROM u")
@@ -147,6 +132,7 @@ class MailboxStatements:
 
     dialect: Dialect
     notify: Callable[[Tx, str], None]
+    notice_key: NoticeKey
     publish: Callable[[str], None] | None
     load_claimed: Callable[[Tx, Lease], Claimed | None]
 
@@ -426,8 +412,7 @@ class MailboxStatements:
         claimed = None if lease is None else self.load_claimed(tx, lease)
         return Enqueued(message, existing=False, claimed=claimed)
 
-    @staticmethod
-    def _held_payload(message: MessageRow, owner: str, now: int) -> str:
+    def _held_payload(self, message: MessageRow, owner: str, now: int) -> str:
         """``m:`` carrying ``message`` to the lease's ``owner`` when it fits, else ``h:``."""
         fields = message_fields(
             message.id,
@@ -442,7 +427,7 @@ class MailboxStatements:
         assert message.seq is not None
         if fields is None:
             return held_hint(message.actor_pk, owner)
-        return message_hint(message.actor_pk, owner, message.seq, now, fields)
+        return message_hint(self.notice_key, message.actor_pk, owner, message.seq, now, fields)
 
     def _enqueue_in_one(
         self,
@@ -477,6 +462,7 @@ class MailboxStatements:
             "fields": message_fields(
                 message_id, actor_type, actor_id, operation, arguments, None, traceparent, sender
             ),
+            **self.notice_key.sql_params(),
         }
         if max_length is not None:
             params["max"] = max_length

@@ -28,9 +28,10 @@ from sqlalchemy.dialects import mysql
 from ..errors import SchemaNotInstalled, SchemaTooNew
 from .admin import define_admin_tables, migrate_admin_tables
 from .dialect import Dialect
+from .notices import KEY_NAME, new_secret
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 
 def _ident(length: int) -> String:
@@ -234,6 +235,14 @@ def build_metadata(prefix: str) -> MetaData:
         Index(f"{prefix}broadcasts_created", "created_at"),
         sqlite_with_rowid=False,
     )
+    Table(
+        f"{prefix}secrets",
+        md,
+        # Random keys the library alone reads (schema 11): ``notice_key`` signs the
+        # wake-up payloads that carry data (store/notices.py).
+        Column("name", String(64), primary_key=True),
+        Column("value", String(128), nullable=False),
+    )
     define_admin_tables(md, prefix)
     for table in md.tables.values():
         # Every text column compares byte by byte on MySQL/MariaDB, not only the ones
@@ -350,6 +359,27 @@ def _migrate_to_10(conn: Connection, md: MetaData) -> None:
         conn.execute(text(f"ALTER TABLE {table} ADD COLUMN effect_names {kind} NULL"))
 
 
+def _migrate_to_11(conn: Connection, md: MetaData) -> None:
+    """The key of the signed wake-up payloads: ``secrets`` and its ``notice_key`` row.
+
+    A wake-up channel is open to any role that can connect (PostgreSQL) or to any
+    Redis client; a payload whose MAC this key does not confirm is only a hint.
+    """
+    _create(conn, md, "secrets")
+    _insert_notice_key(conn, md.info["prefix"])
+
+
+def _insert_notice_key(conn: Connection, prefix: str) -> None:
+    found = conn.execute(
+        text(f"SELECT 1 FROM {prefix}secrets WHERE name = :n"), {"n": KEY_NAME}
+    ).first()
+    if found is None:
+        conn.execute(
+            text(f"INSERT INTO {prefix}secrets (name, value) VALUES (:n, :v)"),
+            {"n": KEY_NAME, "v": new_secret()},
+        )
+
+
 #: Ordered migrations: entry ``n`` brings the schema from version ``n`` to ``n + 1``.
 MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_1,
@@ -362,6 +392,7 @@ MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_8,
     _migrate_to_9,
     _migrate_to_10,
+    _migrate_to_11,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -440,6 +471,9 @@ def install_sql(engine_dialect: Any, prefix: str) -> str:
         statements.append(str(CreateTable(table).compile(dialect=engine_dialect)).strip())
         for index in sorted(table.indexes, key=lambda i: i.name or ""):
             statements.append(str(CreateIndex(index).compile(dialect=engine_dialect)).strip())
+    statements.append(
+        f"INSERT INTO {prefix}secrets (name, value) VALUES ('{KEY_NAME}', '{new_secret()}')"
+    )
     statements.append(
         f"INSERT INTO {prefix}schema (name, version) VALUES ('solid_objects', {SCHEMA_VERSION})"
     )

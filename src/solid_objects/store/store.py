@@ -31,6 +31,7 @@ from .control import ControlStatements
 from .dialect import Dialect, Tx, dialect_for
 from .idle import IdleStatements
 from .mailbox import MailboxStatements
+from .notices import KEY_NAME, NoticeKey
 from .outbox import OutboxStatements
 from .processes import ProcessStatements
 from .retention import RetentionStatements
@@ -91,13 +92,13 @@ def backoff(attempt: int) -> float:
     return random.uniform(0.0, min(_BACKOFF_CAP, _BACKOFF_BASE * 2**attempt))
 
 
-
 def _head_due(now_ms: int | None) -> str:
     """The condition that an actor's head is due: by the database's clock, or also by a
     test clock (``:ready_now``) when one is given; what is due now stays due."""
     if now_ms is None:
         return "ready_at <= {now}"
     return "(ready_at <= {now} OR ready_at <= :ready_now)"
+
 
 class Store(
     BroadcastStatements,
@@ -130,6 +131,8 @@ class Store(
             else None
         )
         self._batcher = EnqueueBatcher(self.transact)
+        #: The MAC key of the wake-up payloads that carry data (``store/notices.py``).
+        self.notice_key = NoticeKey(self._read_notice_key)
 
     # --- plumbing ---------------------------------------------------------------------
 
@@ -266,7 +269,9 @@ class Store(
         for attempt in range(retries + 1):
             try:
                 with self.dialect.install_transaction(self.engine) as conn:
-                    return schema.install(conn, self.dialect, self.prefix)
+                    version = schema.install(conn, self.dialect, self.prefix)
+                self.notice_key.load()  # before the first enqueue needs it
+                return version
             except DBAPIError as exc:
                 # No install lock on this engine: another process's install got there
                 # first; run again, and find its work (install is idempotent).
@@ -286,6 +291,7 @@ class Store(
     def check_installed(self) -> None:
         with self.engine.connect() as conn:
             schema.check_installed(conn, self.prefix)
+        self.notice_key.load()
 
     def now(self, tx: Tx) -> int:
         return int(tx.scalar("SELECT {now}"))
@@ -304,6 +310,11 @@ class Store(
             digest = hashlib.sha1(where.encode()).hexdigest()[:10]
             self._channel = f"{self.prefix}wake_{digest}"
         return self._channel
+
+    def _read_notice_key(self) -> str | None:
+        with self.read() as tx:
+            value = tx.scalar(f"SELECT value FROM {self.prefix}secrets WHERE name = '{KEY_NAME}'")
+        return None if value is None else str(value)
 
     def notify(self, tx: Tx, payload: str) -> None:
         """Tell other processes, when this transaction commits (PostgreSQL, or Redis).

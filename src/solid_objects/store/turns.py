@@ -9,7 +9,6 @@ changed: a worker whose lease was taken over can never commit.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -19,39 +18,8 @@ from sqlalchemy import Engine
 from ..errors import LeaseLost
 from ..staging import Staged
 from .dialect import Dialect, Tx
-from .hints import MAX_NOTIFY_PAYLOAD
+from .notices import NoticeKey, done_hint, outcome_notice
 from .rows import MSG_COLS, Committed, Lease, MessageRow, message_row, new_id
-
-
-def done_payload(message_id: str, status: str, result: str | None, error: str | None) -> str:
-    """What a finished message announces through NOTIFY: its outcome, when it fits.
-
-    ``o:`` carries what the waiter would read from the row (status, result and error
-    JSON), so a caller in another process settles without a statement; a larger one
-    announces ``d:<id>`` and the waiter reads the row. Sent inside the committing
-    transaction, it is delivered only once the outcome is durable.
-    """
-    payload = "o:" + json.dumps([message_id, status, result, error], separators=(",", ":"))
-    return payload if len(payload) <= MAX_NOTIFY_PAYLOAD else f"d:{message_id}"
-
-
-def parse_outcome(payload: str) -> tuple[str, str, str | None, str | None] | None:
-    """``(id, status, result, error)`` of a :func:`done_payload` ``o:``, else None."""
-    if not payload.startswith("o:"):
-        return None
-    try:
-        fields = json.loads(payload[2:])
-    except ValueError:
-        return None
-    if (
-        not isinstance(fields, list)
-        or len(fields) != 4
-        or not all(isinstance(f, str) for f in fields[:2])
-        or not all(f is None or isinstance(f, str) for f in fields[2:])
-    ):
-        return None
-    message_id, status, result, error = fields
-    return message_id, status, result, error
 
 
 class TurnStatements:
@@ -61,6 +29,7 @@ class TurnStatements:
     dialect: Dialect
     channel: Any  # the store's wake-up channel (a property of Store)
     notify: Callable[[Tx, str], None]
+    notice_key: NoticeKey
     publish: Callable[[str], None] | None
     head_message: Callable[[Tx, int, int], MessageRow | None]
     write_staged: Callable[..., list[MessageRow]]
@@ -305,10 +274,10 @@ class TurnStatements:
         self, message_id: str, status: str, result: str | None, error: str | None
     ) -> str:
         """What a finished message announces: through a broker outside the database
-        (Redis) only the id travels."""
+        (Redis) only the id travels; through NOTIFY the signed outcome, when it fits."""
         if self.publish is not None:
-            return f"d:{message_id}"
-        return done_payload(message_id, status, result, error)
+            return done_hint(message_id)
+        return outcome_notice(self.notice_key, message_id, status, result, error)
 
     def finish_direct(
         self,
