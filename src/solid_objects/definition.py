@@ -258,7 +258,6 @@ class ActorDefinition:
     #: What realtime subscribers may observe (``observables``, ``@payload``); None: nothing.
     observables: Observables | None = None
 
-    RESERVED: ClassVar[frozenset[str]] = RESERVED_NAMES
     #: Each state field's Python type when every field is a plain ``int``, ``str`` or
     #: ``bool`` (no constraint, no validator); None otherwise. See :meth:`reload_into`.
     _scalars: dict[str, type] | None = field(init=False, default=None, repr=False, compare=False)

@@ -26,8 +26,7 @@ from typing import (
 
 from . import staging
 from .codec import MAX_DELAY_SECONDS, check_identifier
-from .definition import ActorDefinition, Operation
-from .definition import operation_of as operation_of  # kept importable from here
+from .definition import ActorDefinition, Operation, operation_of
 from .definition import resolve_operation as resolve_operation
 from .errors import InvalidArguments, UnknownOperation
 

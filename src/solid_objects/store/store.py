@@ -54,7 +54,7 @@ from .rows import (
 from .turns import TurnStatements
 from .writer import EnqueueBatcher, GroupWriter
 
-#: The row types and id helpers importers take from here (they now live in ``rows.py``).
+#: The row types and id helpers of ``rows.py`` that the engine and admin import from here.
 __all__ = [
     "TERMINAL",
     "ActorStatus",
