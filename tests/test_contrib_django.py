@@ -142,9 +142,9 @@ def test_manage_py_test_runs_the_runtime_on_the_test_database(project: Project) 
     migrate(project)
     kept = project.manage("test", "--keepdb", "--noinput", "-v", "2")
     assert kept.returncode == 0, kept.stderr
-    assert "Ran 11 tests" in kept.stderr and "OK" in kept.stderr, kept.stderr
+    assert "Ran 14 tests" in kept.stderr and "OK" in kept.stderr, kept.stderr
     # The turns ran on the test database ...
-    assert project.rows(project.test_url, "solid_messages") == 13
+    assert project.rows(project.test_url, "solid_messages") == 17
     assert (project.rows(project.test_url, "solid_actors") or 0) >= 3
     # ... and the development database did not see one row.
     assert project.rows(project.dev_url, "solid_messages") == 0

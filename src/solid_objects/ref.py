@@ -119,6 +119,7 @@ def _refuse_call(engine: Client, actor_type: str, operation: Operation) -> None:
     """A waiting call is refused inside a turn and inside an open application transaction."""
     refuse_inside_turn(f"calling {actor_type}.{operation.name}()")
     engine.transactions.refuse(f"calling {actor_type}.{operation.name}()")
+    engine.transactions.enlisted("call", f"calling {actor_type}.{operation.name}()")
 
 
 def _refuse_send(
@@ -132,6 +133,18 @@ def _refuse_send(
     refuse_inside_turn(f"sending {actor_type}.{operation.name}()")
     if options.connection is None:  # with one, the send writes in that transaction
         engine.transactions.refuse(f"sending {actor_type}.{operation.name}()")
+
+
+def _enlisted(
+    engine: Client, actor_type: str, operation: Operation, options: CallOptions
+) -> CallOptions:
+    """A send without ``connection=`` joins the application transaction the caller is
+    in, when the runtime's integration finds one (``Runtime.enlist_sends``)."""
+    if options.connection is None and not operation.is_query:
+        found = engine.transactions.enlisted("send", f"sending {actor_type}.{operation.name}()")
+        if found is not None:
+            return replace(options, connection=found)
+    return options
 
 
 # --- what both faces share (one engine, two faces) -----------------------------------------
@@ -427,6 +440,7 @@ class Ref(_Actor["Runtime", A]):
         kwargs: dict[str, Any],
         options: CallOptions,
     ) -> MessageReference[Any]:
+        options = _enlisted(self._runtime._engine, self.actor_type, operation, options)
         _refuse_send(self._runtime._engine, self.actor_type, operation, options)
         message_id = self._runtime._engine.send(
             self._definition, self.actor_id, operation, args, kwargs, options

@@ -212,6 +212,19 @@ class Runtime:
             event.listen(engine, "before_cursor_execute", guard.refuse_escaping_writes)
         return engine
 
+    def enlist_sends(self, finder: Callable[[str, str], Any]) -> None:
+        """Integration hook: join the application transaction the caller is in.
+
+        Before each ``send()`` and call through this runtime's refs without
+        ``connection=``, ``finder(kind, what)`` (``kind`` "send" or "call", ``what``
+        naming it for an error) returns the connection of the application transaction
+        the calling thread is in, or None. A send then writes its message in that
+        transaction, as ``with_options(connection=...)`` does; a call cannot wait
+        there for its result, so the finder raises for it. ``contrib.django`` installs
+        one for ``transaction.atomic()`` blocks on the runtime's database.
+        """
+        self._engine.transactions.enlist_with(finder)
+
     # --- diagnosis ----------------------------------------------------------------------
 
     def health(self) -> Report:

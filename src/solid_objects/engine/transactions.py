@@ -15,11 +15,16 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Connection, Engine, event
 
 from ..errors import SyncInsideTransaction
+
+#: An integration's view of the application transaction the calling thread is in
+#: (``Runtime.enlist_sends``): ``finder(kind, what)``, ``kind`` "send" or "call".
+Finder = Callable[[str, str], Any]
 
 
 class OpenTransactions:
@@ -28,6 +33,16 @@ class OpenTransactions:
     def __init__(self) -> None:
         self._local = threading.local()
         self._watched: list[Engine] = []
+        self._finder: Finder | None = None
+
+    def enlist_with(self, finder: Finder) -> None:
+        """Ask ``finder`` before each send and call without ``connection=``."""
+        self._finder = finder
+
+    def enlisted(self, kind: str, what: str) -> Any:
+        """The connection of the application transaction this thread is in, which a
+        send joins; None outside one. The finder raises for a call inside one."""
+        return None if self._finder is None else self._finder(kind, what)
 
     def watch(self, engine: Engine) -> None:
         """Follow ``engine``'s transactions (only worth it for SQLite)."""

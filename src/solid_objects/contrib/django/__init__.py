@@ -11,7 +11,7 @@
     ref(Cart, "c1").add(sku="tea")                    # a call: waits for the result
     with transaction.atomic():                         # the application-side outbox:
         Order.objects.create(cart="c1")                # the message commits with the
-        ref(Cart, "c1").checkout.with_options(connection=connection).send()  # order
+        ref(Cart, "c1").checkout.send()                # order (a call here is refused)
 
 The runtime is built from ``DATABASES[alias]`` on first use, not at import, and is
 built again whenever that alias's ``NAME`` changes: Django's test runner (and
@@ -44,8 +44,10 @@ from ...ref import Ref
 from ...runtime import Runtime
 from . import transactions
 from .orm import close_turn_connections, table
+from .transactions import CallInsideAtomicBlock
 
 __all__ = [
+    "CallInsideAtomicBlock",
     "build_runtime",
     "close",
     "commit_action",
@@ -182,6 +184,8 @@ def build_runtime() -> Runtime:
     """A new runtime on the configured database (the caller owns and closes it)."""
     configured = settings()
     built = Runtime(database_url(configured["DATABASE"]), **configured["OPTIONS"])
+    # Inside atomic() a send joins Django's transaction; a call is refused.
+    built.enlist_sends(transactions.atomic_blocks(configured["DATABASE"]))
     if configured["ADMIN_POLICY"] is not None:
         built.admin.set_policy(configured["ADMIN_POLICY"])
     with _lock:

@@ -7,6 +7,12 @@ so the message commits or rolls back with the application's rows; outside one
 (autocommit) it is a transaction of its own, committed at once. The workers are
 woken by ``transaction.on_commit``; if that wake-up is lost (the process dies right
 after the commit) the message is already durable and the poller finds it.
+
+Refs of the runtime built from ``DATABASES`` need no ``connection=`` inside an
+``atomic()`` block on its database (:func:`atomic_blocks`): a ``send()`` joins that
+block's transaction the same way, and a call, which waits for a result no worker can
+produce before the commit, raises :class:`CallInsideAtomicBlock` instead of
+committing its message apart from the block.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ...engine import external
-from ...errors import ConfigurationError
+from ...errors import ConfigurationError, SyncInsideTransaction
 
 #: Django's ``connection.vendor`` -> the library's database family.
 _FAMILIES = {"sqlite": "sqlite", "postgresql": "postgresql", "mysql": "mysql"}
@@ -61,6 +67,47 @@ def join(target: Any) -> external.Joined | None:
         transaction.on_commit(callback, using=alias)
 
     return external.Joined(family, joined, after_commit)
+
+
+class CallInsideAtomicBlock(SyncInsideTransaction):
+    """A call (which waits for its result) inside ``transaction.atomic()`` on the
+    runtime's database: its message could only commit apart from the block (and run
+    even if the block rolls back), or wait for a commit that comes after the call."""
+
+
+def in_atomic_block(target: Any) -> bool:
+    """Whether Django's connection is inside an ``atomic()`` block the application
+    opened: the blocks a ``TestCase`` wraps each test in do not count (as for Django's
+    own ``durable`` check), so a test behaves as the view it tests."""
+    return bool(target.in_atomic_block) and any(
+        not getattr(block, "_from_testcase", False) for block in target.atomic_blocks
+    )
+
+
+def atomic_blocks(alias: str) -> Callable[[str, str], Any]:
+    """The ``Runtime.enlist_sends`` finder for Django's ``alias``: inside an atomic block
+    a send joins its transaction (this thread's connection), a call is refused."""
+
+    def finder(kind: str, what: str) -> Any:
+        from django.db import connections
+
+        target = connections[alias]
+        if not in_atomic_block(target):
+            return None
+        if kind == "send":
+            return target
+        raise CallInsideAtomicBlock(
+            f"{what} inside transaction.atomic() on DATABASES[{alias!r}]: a call waits for "
+            "its result, which no worker can produce before this transaction commits, and "
+            "its message would commit apart from it (and run even if it rolls back). "
+            "Send instead, in the transaction: .send(...) inside atomic() joins it (as "
+            ".with_options(connection=django.db.connection).send(...) does), or "
+            "send_on_commit(ref.operation, ...) sends after the commit; or call after the "
+            "atomic() block (with ATOMIC_REQUESTS, mark the view "
+            "@transaction.non_atomic_requests)"
+        )
+
+    return finder
 
 
 def install() -> None:

@@ -7,7 +7,7 @@ from django.db import connection, connections, transaction
 from django.test import TestCase, TransactionTestCase
 from sqlalchemy import text
 
-from solid_objects.contrib.django import ref, runtime, send_on_commit
+from solid_objects.contrib.django import CallInsideAtomicBlock, ref, runtime, send_on_commit
 from solid_objects.errors import ConfigurationError, InvalidArguments, MessageFailed, Rejected
 
 from .actors import DjangoOrders, DjangoTally
@@ -125,6 +125,46 @@ class OutboxOnDjangosConnection(TransactionTestCase):
         with self.assertRaises(InvalidArguments):
             tally.add.with_options(connection="not a connection").send(n=1)
         assert queued("outbox-thread") == 0
+
+
+class PlainRefsInsideAtomic(TransactionTestCase):
+    """Without ``connection=``: inside atomic() a send joins Django's transaction and a
+    call is refused; neither commits apart from the block."""
+
+    def test_a_rolled_back_atomic_never_runs_a_plain_send(self) -> None:
+        tally = ref(DjangoTally, "plain-rolled-back")
+        with contextlib.suppress(Boom), transaction.atomic():
+            Order.objects.create(sku="tea")
+            tally.add.send(n=1)
+            assert seen_by_django("plain-rolled-back") == 1  # written in this transaction
+            raise Boom
+        assert Order.objects.count() == 0
+        assert queued("plain-rolled-back") == 0
+        assert tally.add(n=0) == 0  # it never ran
+
+    def test_a_committed_atomic_runs_a_plain_send_once(self) -> None:
+        tally = ref(DjangoTally, "plain-committed")
+        with transaction.atomic():
+            Order.objects.create(sku="tea")
+            sent = tally.add.send(n=5)
+            assert queued("plain-committed") == 0  # not committed yet
+        assert Order.objects.count() == 1
+        assert sent.wait(timeout=60) == 5
+        assert tally.add(n=0) == 5  # ran once
+        assert queued("plain-committed") == 2
+
+    def test_a_call_inside_atomic_is_refused_and_writes_nothing(self) -> None:
+        tally = ref(DjangoTally, "plain-call")
+        with transaction.atomic():
+            Order.objects.create(sku="tea")
+            with self.assertRaises(CallInsideAtomicBlock) as refused:
+                tally.add(n=1)
+            said = str(refused.exception)
+            assert "with_options(connection=" in said and "send_on_commit" in said, said
+            assert seen_by_django("plain-call") == 0
+        assert Order.objects.count() == 1  # the block itself went on and committed
+        assert queued("plain-call") == 0
+        assert tally.add(n=0) == 0
 
 
 class CommitActionsWriteModels(TransactionTestCase):
