@@ -186,6 +186,25 @@ def test_pytest_django_runs_the_runtime_on_its_test_database(project: Project) -
     assert project.rows(project.dev_url, "solid_messages") == 0
 
 
+def test_view_refs_idempotency_keys_and_a_clean_library_per_test(project: Project) -> None:
+    """shop/checks_requests.py: a view's ref with no policy is refused unless the opt-in
+    or a policy lets it through; a retried request with the same Idempotency-Key applies
+    once; two tests expecting the same first outcome both pass (the library's tables are
+    emptied before each test, with the ``TransactionTestCase`` of the integration)."""
+    migrate(project)
+    for _ in range(2):  # twice on the kept test database: nothing leaks between runs
+        done = project.manage("test", "shop.checks_requests", "--keepdb", "--noinput")
+        assert done.returncode == 0, done.stderr
+        assert "Ran 6 tests" in done.stderr and "OK" in done.stderr, done.stderr
+    assert project.rows(project.dev_url, "solid_messages") == 0
+    # Outside the test runner, reset() refuses: it would empty the development database.
+    refused = project.manage(
+        "shell", "-c", "from solid_objects.contrib.django.testing import reset; reset()"
+    )
+    assert refused.returncode != 0
+    assert "only on Django's test database" in refused.stderr, refused.stderr
+
+
 def test_the_worker_command_runs_turns_and_exits_0_on_sigterm(project: Project) -> None:
     migrate(project)
     worker = project.popen("solid_objects", "worker", "--workers", "1")

@@ -34,7 +34,11 @@ class Cart(Actor):
 
 
 def shop(runtime: AsyncRuntime | Runtime, **lifespan: Any) -> FastAPI:
-    """The application under test; every endpoint goes through the contrib pieces."""
+    """The application under test; every endpoint goes through the contrib pieces.
+
+    Its runtime has no policies, so every caller is let through explicitly.
+    """
+    lifespan.setdefault("allow_all_callers", True)
     app = FastAPI(lifespan=solid.lifespan(runtime, **lifespan))
     for cls, handler in solid.exception_handlers().items():
         app.add_exception_handler(cls, handler)
@@ -155,7 +159,10 @@ def test_each_library_error_is_a_problem_details_response(db_url: str) -> None:
 
 def test_a_call_timeout_is_504_with_the_message_id_to_poll(db_url: str) -> None:
     runtime = AsyncRuntime(db_url, **{**FAST, "workers": 0})  # nobody runs the message
-    app = FastAPI(lifespan=solid.lifespan(runtime), exception_handlers=solid.exception_handlers())
+    app = FastAPI(
+        lifespan=solid.lifespan(runtime, allow_all_callers=True),
+        exception_handlers=solid.exception_handlers(),
+    )
 
     @app.post("/carts/{cart_id}/items")
     async def add(cart: Annotated[Any, Depends(solid.actor(Cart, path_param="cart_id"))]) -> int:

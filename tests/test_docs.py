@@ -10,7 +10,8 @@ The convention, for whoever writes the docs:
   ``# test_cart.py``, is a file: it is written to that path in the folder (which is on
   ``sys.path``) instead of run, so later blocks can import it. Files named
   ``test_*.py`` then run with pytest in a subprocess (the bundled plugin loaded, as in
-  an application's project) and every test in them must pass.
+  an application's project), twice in the same folder, and every test in them must
+  pass both times (a reader runs ``pytest`` more than once).
 - A block fenced as ```` ```ini ```` whose first line is a file name comment,
   ``# pytest.ini``, is written to that path too (configuration a page's tests need,
   such as pytest-django's ``DJANGO_SETTINGS_MODULE``); other ``ini`` blocks are not run.
@@ -134,7 +135,11 @@ def test_every_python_block_of_the_page_runs(
                 (value.sync if isinstance(value, AsyncRuntime) else value).close()
         for name in [m for m in sys.modules if m.split(".")[0] in _packages(tmp_path)]:
             del sys.modules[name]
-    if tests:
+    # Twice, in the same folder: a test that leaves state behind for the next run (a
+    # development database, a test database kept between runs) fails the second time.
+    for run in ("first", "second"):
+        if not tests:
+            break
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
             cwd=tmp_path,
@@ -143,7 +148,9 @@ def test_every_python_block_of_the_page_runs(
             text=True,
             timeout=300,
         )
-        assert done.returncode == 0, f"{page.name}: {tests} failed:\n{done.stdout}\n{done.stderr}"
+        assert done.returncode == 0, (
+            f"{page.name}: {tests} failed on the {run} run:\n{done.stdout}\n{done.stderr}"
+        )
 
 
 def _packages(folder: Path) -> set[str]:

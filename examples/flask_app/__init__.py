@@ -38,8 +38,14 @@ class Poll(Actor):
 
 
 def signed_in(request: AuthorizationRequest) -> bool:
-    """Voting needs a name (the ``X-User`` header stands in for a login); reading does not."""
+    """Voting needs a name (the ``X-User`` header stands in for a login)."""
     return request.context is not None
+
+
+def anyone(request: AuthorizationRequest) -> bool:
+    """Reading a poll's results needs nothing: said here, as refs built from a URL are
+    denied every kind of call that has no policy."""
+    return True
 
 
 app = Flask(__name__)
@@ -47,6 +53,7 @@ app.config["SOLID_OBJECTS_DATABASE_URL"] = os.environ.get("POLLS_DATABASE_URL", 
 app.config["SOLID_OBJECTS_OPTIONS"] = {
     "workers": int(os.environ.get("POLLS_WORKERS", "2")),
     "authorize_message": signed_in,
+    "authorize_query": anyone,
 }
 solid = SolidObjects(app, context=lambda request: request.headers.get("x-user"))
 

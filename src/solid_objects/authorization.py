@@ -53,6 +53,28 @@ class AuthorizationRequest:
 Policy = Callable[[AuthorizationRequest], "bool | Awaitable[bool]"]
 
 
+@dataclass(frozen=True, slots=True)
+class Untrusted:
+    """The authorization context of a caller outside the process (request data).
+
+    The framework integrations bind the refs they build from a URL with it. With a
+    policy configured, the policy sees ``context`` unwrapped, as if given plainly;
+    with none configured for the call's kind, the call is denied (the in-process
+    default trusts the application's own code, not whoever typed the URL).
+    ``ref.with_options(authorization=other)`` on such a ref keeps it untrusted.
+    """
+
+    #: What the policies see as ``AuthorizationRequest.context``.
+    context: Any = None
+
+
+def unwrap(context: Any) -> tuple[Any, bool]:
+    """``(context the policy sees, whether the caller is untrusted)``."""
+    if isinstance(context, Untrusted):
+        return context.context, True
+    return context, False
+
+
 def option_name(kind: Kind) -> str:
     """The ``Runtime`` option that holds the policy of a kind (``authorize_message``)."""
     return f"authorize_{kind}"

@@ -52,6 +52,7 @@ import pytest
 
 from .options import Options
 from .runtime import AsyncRuntime, Runtime
+from .testing import copy_registrations
 
 URL_VARIABLE = "SOLID_OBJECTS_TEST_URL"
 
@@ -158,16 +159,8 @@ def _like(app: Runtime | AsyncRuntime | None, overrides: dict[str, Any]) -> dict
 
 def _register_like(runtime: Runtime | AsyncRuntime, app: Runtime | AsyncRuntime | None) -> None:
     """Give ``runtime`` the application's classes, handlers and administration policy."""
-    if app is None:
-        return
-    source = app.sync if isinstance(app, AsyncRuntime) else app
-    for cls in source.registry.registered():
-        runtime.register(cls)
-    for name, handler in source.effects.items():
-        runtime.effect(name)(handler)
-    for name, handler in source.commit_actions.items():
-        runtime.commit_action(name)(handler)
-    runtime.admin.set_policy(source.admin.policy)
+    if app is not None:
+        copy_registrations(runtime, app)
 
 
 @pytest.fixture

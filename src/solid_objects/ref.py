@@ -25,6 +25,7 @@ from typing import (
 )
 
 from . import staging
+from .authorization import Untrusted
 from .codec import MAX_DELAY_SECONDS, check_identifier
 from .definition import ActorDefinition, Operation, operation_of
 from .definition import resolve_operation as resolve_operation
@@ -70,7 +71,7 @@ class CallOptions:
         """These options with the given ones laid over them (None keeps the current value)."""
         changes: dict[str, Any] = {}
         if authorization is not None:
-            changes["authorization"] = authorization
+            changes["authorization"] = _keep_untrusted(self.authorization, authorization)
         if connection is not None:
             changes["connection"] = connection
         if idempotency_key is not None:
@@ -80,6 +81,15 @@ class CallOptions:
         if delay is not None:
             changes["delay"] = _seconds(delay, "delay", maximum=MAX_DELAY_SECONDS)
         return replace(self, **changes)
+
+
+def _keep_untrusted(current: Any, given: Any) -> Any:
+    """The context replacing ``current``: a ref built from request data stays untrusted."""
+    if given is None:
+        return current
+    if isinstance(current, Untrusted) and not isinstance(given, Untrusted):
+        return Untrusted(given)
+    return given
 
 
 def _seconds(value: float | timedelta, what: str, maximum: float = float("inf")) -> float:
@@ -186,7 +196,7 @@ class _Message(Generic[RT]):
             self._operation,
             self.actor_type,
             self.actor_id,
-            authorization=self.authorization if authorization is None else authorization,
+            authorization=_keep_untrusted(self.authorization, authorization),
         )
 
 

@@ -208,3 +208,41 @@ class AsyncTesting:
     def capture_effects(self) -> EffectCapture:
         """As :meth:`Testing.capture_effects`; use it with ``with`` or ``async with``."""
         return EffectCapture(self._runtime.sync)
+
+
+def runtime_like(
+    app: Runtime | AsyncRuntime, url: str, **overrides: Any
+) -> Runtime | AsyncRuntime:
+    """A runtime like ``app`` (same face) on the database ``url``, for one test.
+
+    It has ``app``'s options (``overrides`` on top; no wake-up broker, ``allow_reset``
+    on), actor classes, effect handlers, commit actions and administration policy;
+    ``app`` itself never touches a database. Not installed: the caller installs it
+    (the framework integrations' lifespans and first requests do).
+    """
+    import dataclasses
+
+    from .options import Options
+    from .runtime import AsyncRuntime, Runtime
+
+    options = {f.name: getattr(app.options, f.name) for f in dataclasses.fields(Options)}
+    options = {**options, "wakeup_url": None, "allow_reset": True, **overrides}
+    made: Runtime | AsyncRuntime = (
+        AsyncRuntime(url, **options) if isinstance(app, AsyncRuntime) else Runtime(url, **options)
+    )
+    copy_registrations(made, app)
+    return made
+
+
+def copy_registrations(runtime: Runtime | AsyncRuntime, app: Runtime | AsyncRuntime) -> None:
+    """Give ``runtime`` ``app``'s actor classes, handlers and administration policy."""
+    from .runtime import AsyncRuntime
+
+    source = app.sync if isinstance(app, AsyncRuntime) else app
+    for cls in source.registry.registered():
+        runtime.register(cls)
+    for name, handler in source.effects.items():
+        runtime.effect(name)(handler)
+    for name, handler in source.commit_actions.items():
+        runtime.commit_action(name)(handler)
+    runtime.admin.set_policy(source.admin.policy)

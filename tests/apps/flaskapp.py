@@ -32,6 +32,7 @@ def create_app(url: str, **config: object) -> tuple[Flask, SolidObjects]:
     app = Flask(__name__)
     app.config["SOLID_OBJECTS_DATABASE_URL"] = url
     app.config["SOLID_OBJECTS_OPTIONS"] = {"poll_interval": 0.05, "call_timeout": 20.0}
+    app.config["SOLID_OBJECTS_ALLOW_ALL_CALLERS"] = True  # no policies: everyone, explicitly
     app.config.update(config)
     solid = SolidObjects(app, context=lambda request: request.headers.get("x-user"))
 

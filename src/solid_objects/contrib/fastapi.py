@@ -27,26 +27,34 @@ from fastapi import Depends, Path, Request
 from ..actor import Actor
 from ..ref import AsyncRef, Ref
 from ..runtime import AsyncRuntime, Runtime
+from .idempotency import RequestKeys
 from .starlette import (
     Integration,
     exception_handlers,
+    idempotency_keys,
     integration_of,
     lifespan,
     problem_response,
     ref,
     runtime_of,
+    use_database,
 )
 
 __all__ = [
+    "IdempotencyKeys",
     "Integration",
+    "RequestKeys",
+    "RequiredIdempotencyKeys",
     "actor",
     "current_runtime",
     "exception_handlers",
+    "idempotency_keys",
     "integration_of",
     "lifespan",
     "problem_response",
     "ref",
     "runtime_of",
+    "use_database",
 ]
 
 A = TypeVar("A", bound=Actor)
@@ -60,6 +68,21 @@ def current_runtime(request: Request) -> Runtime | AsyncRuntime:
     return runtime_of(request)
 
 
+def _keys(request: Request) -> RequestKeys:
+    return idempotency_keys(request)
+
+
+def _required_keys(request: Request) -> RequestKeys:
+    return idempotency_keys(request, required=True)
+
+
+#: A handler parameter: the request's ``Idempotency-Key`` (:mod:`.idempotency`), e.g.
+#: ``keys: IdempotencyKeys`` then ``await keys.keyed(cart.add)(sku=sku)``.
+IdempotencyKeys = Annotated[RequestKeys, Depends(_keys)]
+#: The same, answering 400 to a request without the header.
+RequiredIdempotencyKeys = Annotated[RequestKeys, Depends(_required_keys)]
+
+
 def actor(
     cls: type[A],
     *,
@@ -69,19 +92,18 @@ def actor(
     """Dependency: the ref to ``cls`` whose id is the path parameter ``path_param``.
 
     The ref is an ``AsyncRef`` on an ``AsyncRuntime`` and a ``Ref`` on a ``Runtime``
-    (use it from a ``def`` endpoint, which FastAPI runs in a thread).
+    (use it from a ``def`` endpoint, which FastAPI runs in a thread). Its id is user
+    input: a kind of call the runtime has no ``authorize_*`` policy for is denied
+    (403) unless the lifespan says ``allow_all_callers=True``.
     """
     if not path_param.isidentifier() or path_param in ("request", _CONTEXT):
         raise ValueError(f"path_param must be a Python identifier, not {path_param!r}")
 
     def dependency(request: Request, **values: Any) -> Ref[A] | AsyncRef[A]:
         integration = integration_of(request)
-        reference = integration.runtime.ref(cls, values[path_param])
-        if context is not None:
-            return reference.with_options(authorization=values[_CONTEXT])
-        if integration.context is not None:
-            return reference.with_options(authorization=integration.context(request))
-        return reference
+        if context is None:
+            return integration.ref(request, cls, values[path_param])
+        return integration.bind(integration.runtime.ref(cls, values[path_param]), values[_CONTEXT])
 
     keyword = inspect.Parameter.KEYWORD_ONLY
     parameters = [

@@ -23,24 +23,40 @@ Configuration (``app.config``):
 - ``SOLID_OBJECTS_OPTIONS``: a dict of :class:`~solid_objects.Runtime` options
   (``{"workers": 0}`` for web processes that leave the work to dedicated workers).
 - ``SOLID_OBJECTS_INSTALL``: create or upgrade the tables at start (default True).
+- ``SOLID_OBJECTS_ALLOW_ALL_CALLERS``: the same as ``allow_all_callers=True``.
+
+Inside a request, :meth:`SolidObjects.ref` builds a ref from request data: a kind of
+call the runtime has no ``authorize_*`` policy for is denied (403) unless
+``allow_all_callers=True`` opts in to letting every caller through (:mod:`.access`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar, cast
 
-from flask import Flask, Response, current_app, has_app_context, has_request_context, request
+from flask import (
+    Flask,
+    Response,
+    current_app,
+    g,
+    has_app_context,
+    has_request_context,
+    request,
+)
 from flask import json as flask_json
 
 from ..actor import Actor
 from ..errors import ConfigurationError
 from ..ref import Ref
 from ..runtime import Runtime
-from . import problems
+from ..testing import runtime_like
+from . import access, idempotency, problems
+from .idempotency import InvalidIdempotencyKey, RequestKeys
 
-__all__ = ["SolidObjects", "problem_response"]
+__all__ = ["RequestKeys", "SolidObjects", "idempotency_keys", "problem_response"]
 
 A = TypeVar("A", bound=Actor)
 
@@ -58,6 +74,22 @@ def problem_response(exc: Exception) -> Response:
     return response
 
 
+def idempotency_keys(*, required: bool = False) -> RequestKeys:
+    """The current request's ``Idempotency-Key``, for keying its calls (:mod:`.idempotency`).
+
+    One :class:`~.idempotency.RequestKeys` per request (kept on ``flask.g``). A
+    malformed header, or a missing one with ``required=True``, raises
+    ``InvalidIdempotencyKey`` (400).
+    """
+    found = g.get("solid_objects_keys")
+    if not isinstance(found, RequestKeys):
+        found = idempotency.from_headers(request.headers, required=required)
+        g.solid_objects_keys = found
+    elif required and not found:
+        raise InvalidIdempotencyKey(f"this request needs an {idempotency.HEADER} header")
+    return found
+
+
 class SolidObjects:
     """The Flask extension: one runtime, started lazily in the serving process."""
 
@@ -67,9 +99,11 @@ class SolidObjects:
         *,
         runtime: Runtime | None = None,
         context: Context | None = None,
+        allow_all_callers: bool = False,
     ) -> None:
         self._runtime = runtime
         self.context = context
+        self.allow_all_callers = allow_all_callers
         self._install = True
         self._started = False
         self._lock = threading.Lock()
@@ -93,6 +127,8 @@ class SolidObjects:
                 raise ConfigurationError("SOLID_OBJECTS_OPTIONS must be a dict of Runtime options")
             self._runtime = Runtime(url, **options)
         self._install = bool(app.config.get("SOLID_OBJECTS_INSTALL", True))
+        if app.config.get("SOLID_OBJECTS_ALLOW_ALL_CALLERS"):
+            self.allow_all_callers = True
         app.extensions[EXTENSION] = self
         app.before_request(self.start)
         for cls in problems.handled():
@@ -127,12 +163,42 @@ class SolidObjects:
             self.runtime.close()
 
     def ref(self, cls: type[A], actor_id: str) -> Ref[A]:
-        """``runtime.ref(cls, actor_id)``, carrying ``context(request)`` inside a request."""
+        """``runtime.ref(cls, actor_id)``, carrying ``context(request)`` inside a request.
+
+        Inside a request the ref is untrusted (its id is request data): a kind of call
+        with no ``authorize_*`` policy is denied unless ``allow_all_callers``. Outside
+        one (a CLI command, a shell) it is the application's own, trusted ref.
+        """
         self.start()
         reference = self.runtime.ref(cls, actor_id)
-        if self.context is not None and has_request_context():
-            return reference.with_options(authorization=self.context(request))
-        return reference
+        if not has_request_context():
+            return reference
+        context = None if self.context is None else self.context(request)
+        return access.bind(reference, context, allow_all_callers=self.allow_all_callers)
+
+    @contextmanager
+    def use_database(self, url: str) -> Iterator[Runtime]:
+        """For tests: the block's requests run on a runtime like this one, on ``url``.
+
+        The runtime (its options, policies, actor classes and handlers copied:
+        :func:`solid_objects.testing.runtime_like`) starts on the first request, as
+        usual, and is closed when the block ends; the application's own runtime, closed
+        first if it had started, takes over again after. Give it the pytest plugin's
+        ``solid_db_url`` for a fresh database per test.
+        """
+        own = self.runtime
+        if self._started:
+            self.close()
+        install = self._install
+        test_runtime = cast(Runtime, runtime_like(own, url))
+        with self._lock:
+            self._runtime, self._install = test_runtime, True
+        try:
+            yield test_runtime
+        finally:
+            self.close()
+            with self._lock:
+                self._runtime, self._install = own, install
 
     @staticmethod
     def of_app(app: Flask | None = None) -> SolidObjects:

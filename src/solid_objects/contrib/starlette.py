@@ -22,8 +22,8 @@ runtime's ``authorize_message`` policy sees it as ``request.context``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -35,19 +35,25 @@ from ..actor import Actor
 from ..errors import RuntimeNotStarted
 from ..ref import AsyncRef, Ref
 from ..runtime import AsyncRuntime, Runtime
-from . import problems
+from ..testing import runtime_like
+from . import access, idempotency, problems
+from .idempotency import InvalidIdempotencyKey, RequestKeys
 
 __all__ = [
     "Integration",
+    "RequestKeys",
     "exception_handlers",
+    "idempotency_keys",
     "integration_of",
     "lifespan",
     "problem_response",
     "ref",
     "runtime_of",
+    "use_database",
 ]
 
 A = TypeVar("A", bound=Actor)
+R = TypeVar("R")
 
 #: The authorization-context hook: the request in, whatever the policies should see out.
 Context = Callable[[HTTPConnection], Any]
@@ -56,6 +62,8 @@ Lifespan = Callable[[Any], AbstractAsyncContextManager[Any]]
 
 #: The attribute of ``app.state`` that holds the running :class:`Integration`.
 STATE_ATTRIBUTE = "solid_objects"
+#: The attribute of ``app.state`` naming the database a test runs the lifespan on.
+DATABASE_OVERRIDE = "solid_objects_database"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +72,21 @@ class Integration:
 
     runtime: Runtime | AsyncRuntime
     context: Context | None = None
+    #: Let every caller through where no ``authorize_*`` policy decides (see :mod:`.access`).
+    allow_all_callers: bool = False
 
     def ref(self, request: HTTPConnection, cls: type[A], actor_id: str) -> Ref[A] | AsyncRef[A]:
-        """``runtime.ref(cls, actor_id)`` carrying ``context(request)``, if there is a hook."""
-        reference = self.runtime.ref(cls, actor_id)
-        if self.context is None:
-            return reference
-        return reference.with_options(authorization=self.context(request))
+        """``runtime.ref(cls, actor_id)`` carrying ``context(request)``, if there is a hook.
+
+        The id comes from the request, so the ref is untrusted: a kind of call with no
+        policy configured is denied unless ``allow_all_callers`` (:mod:`.access`).
+        """
+        context = None if self.context is None else self.context(request)
+        return self.bind(self.runtime.ref(cls, actor_id), context)
+
+    def bind(self, reference: R, context: Any) -> R:
+        """``reference`` carrying ``context`` as a request's caller (:func:`.access.bind`)."""
+        return access.bind(reference, context, allow_all_callers=self.allow_all_callers)
 
 
 async def _start(runtime: Runtime | AsyncRuntime, install: bool) -> None:
@@ -97,6 +113,7 @@ def lifespan(
     install: bool = True,
     context: Context | None = None,
     wraps: Lifespan | None = None,
+    allow_all_callers: bool = False,
 ) -> Lifespan:
     """A lifespan for ``Starlette(lifespan=...)`` / ``FastAPI(lifespan=...)``.
 
@@ -107,22 +124,50 @@ def lifespan(
     (finishing in-flight turns, releasing leases), so the application's startup and
     shutdown code can use the runtime. A closed runtime starts again, so the
     lifespan runs any number of times in one process (one per ``TestClient``).
+
+    Refs built for a request are denied every kind of call that has no
+    ``authorize_*`` policy on the runtime; ``allow_all_callers=True`` is the explicit
+    opt-in to letting every caller through there (:mod:`.access`).
     """
 
     @asynccontextmanager
     async def run(app: Any) -> AsyncIterator[Mapping[str, Any] | None]:
+        url = getattr(app.state, DATABASE_OVERRIDE, None)
+        active = runtime if url is None else runtime_like(runtime, url)
         try:
-            await _start(runtime, install)  # a failed start still closes what it opened
-            app.state.solid_objects = Integration(runtime, context)
+            await _start(active, install or url is not None)  # a failed start still closes
+            app.state.solid_objects = Integration(active, context, allow_all_callers)
             if wraps is None:
                 yield None
             else:
                 async with wraps(app) as state:
                     yield state
         finally:
-            await _close(runtime)
+            await _close(active)
 
     return run
+
+
+@contextmanager
+def use_database(app: Any, url: str) -> Iterator[None]:
+    """For tests: every lifespan run inside the block uses a runtime on ``url``.
+
+    The lifespan builds a runtime like the application's (its options, policies,
+    actor classes and handlers: :func:`solid_objects.testing.runtime_like`) on
+    ``url``, installs and starts it, and closes it when the lifespan ends; the
+    application's own runtime is not touched. Give it the pytest plugin's
+    ``solid_db_url`` for a fresh database per test::
+
+        with use_database(app, solid_db_url), TestClient(app) as client: ...
+
+    Handlers must reach the runtime through the integration (``actor(...)``,
+    ``ref(request, ...)``, ``current_runtime``), not through a module-level name.
+    """
+    setattr(app.state, DATABASE_OVERRIDE, url)
+    try:
+        yield
+    finally:
+        delattr(app.state, DATABASE_OVERRIDE)
 
 
 def integration_of(request: HTTPConnection) -> Integration:
@@ -145,6 +190,22 @@ def runtime_of(request: HTTPConnection) -> Runtime | AsyncRuntime:
 def ref(request: HTTPConnection, cls: type[A], actor_id: str) -> Ref[A] | AsyncRef[A]:
     """A ref for this request: bound with the lifespan's ``context(request)``."""
     return integration_of(request).ref(request, cls, actor_id)
+
+
+def idempotency_keys(request: HTTPConnection, *, required: bool = False) -> RequestKeys:
+    """The request's ``Idempotency-Key``, for keying its calls (:mod:`.idempotency`).
+
+    One :class:`~.idempotency.RequestKeys` per request (kept on ``request.state``), so
+    every part of a handler counts its keyed calls together. A malformed header, or a
+    missing one with ``required=True``, raises ``InvalidIdempotencyKey`` (400).
+    """
+    found = getattr(request.state, "solid_objects_keys", None)
+    if not isinstance(found, RequestKeys):
+        found = idempotency.from_headers(request.headers, required=required)
+        request.state.solid_objects_keys = found
+    elif required and not found:
+        raise InvalidIdempotencyKey(f"this request needs an {idempotency.HEADER} header")
+    return found
 
 
 async def problem_response(request: Request, exc: Exception) -> Response:

@@ -21,7 +21,14 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from .. import deadline as call_deadline
 from .. import faults
-from ..authorization import TRUSTED_BY_DEFAULT, AuthorizationRequest, Kind, answer, option_name
+from ..authorization import (
+    TRUSTED_BY_DEFAULT,
+    AuthorizationRequest,
+    Kind,
+    answer,
+    option_name,
+    unwrap,
+)
 from ..codec import decode_json
 from ..definition import ActorDefinition, Operation
 from ..errors import (
@@ -133,10 +140,19 @@ class Client(Waiting):
         stored message must not reveal whose it is).
         """
         policy = getattr(self.options, option_name(kind))
+        context, untrusted = unwrap(context)
         if policy is None:
-            if kind in TRUSTED_BY_DEFAULT:
+            if kind in TRUSTED_BY_DEFAULT and not untrusted:
                 return
             reason = f"no {option_name(kind)} policy is configured, and the default denies"
+            if untrusted:
+                reason = (
+                    f"no {option_name(kind)} policy is configured, and a ref built from "
+                    f"request data is denied by default: configure Runtime({option_name(kind)}"
+                    "=...) (docs/security.md), or opt in to allowing every caller with the "
+                    "integration's allow_all_callers=True (Django: SOLID_OBJECTS"
+                    "['ALLOW_ALL_CALLERS'])"
+                )
         else:
             decoded = decode_json(arguments) if arguments is not None else None
             request = AuthorizationRequest(

@@ -42,6 +42,8 @@ from ...actor import Actor
 from ...errors import ConfigurationError
 from ...ref import Ref
 from ...runtime import Runtime
+from .. import access, idempotency
+from ..idempotency import InvalidIdempotencyKey, RequestKeys
 from . import transactions
 from .orm import close_turn_connections, table
 from .transactions import CallInsideAtomicBlock
@@ -53,6 +55,7 @@ __all__ = [
     "commit_action",
     "database_url",
     "effect",
+    "idempotency_keys",
     "ref",
     "runtime",
     "send_on_commit",
@@ -85,18 +88,19 @@ class Sendable(Protocol):
 
 
 def settings() -> dict[str, Any]:
-    """``settings.SOLID_OBJECTS`` with its defaults: ``DATABASE``, ``OPTIONS``, ``ADMIN_POLICY``."""
+    """``settings.SOLID_OBJECTS`` with its defaults (``DATABASE``, ``OPTIONS``, ...)."""
     from django.conf import settings as django_settings
 
     configured = getattr(django_settings, "SOLID_OBJECTS", None) or {}
     if not isinstance(configured, Mapping):
         raise ConfigurationError("settings.SOLID_OBJECTS must be a dict")
-    unknown = set(configured) - {"DATABASE", "OPTIONS", "ADMIN_POLICY"}
+    unknown = set(configured) - {"DATABASE", "OPTIONS", "ADMIN_POLICY", "ALLOW_ALL_CALLERS"}
     if unknown:
         raise ConfigurationError(
             f"settings.SOLID_OBJECTS has unknown keys {sorted(unknown)}; known: DATABASE "
             "(an alias of DATABASES), OPTIONS (Runtime options), ADMIN_POLICY (the "
-            "administration policy, or the dotted path of one)"
+            "administration policy, or the dotted path of one), ALLOW_ALL_CALLERS (let "
+            "refs built by ref() through where no authorize_* policy decides)"
         )
     options = configured.get("OPTIONS") or {}
     if not isinstance(options, Mapping):
@@ -114,10 +118,16 @@ def settings() -> dict[str, Any]:
             "SOLID_OBJECTS['ADMIN_POLICY'] must be a policy (e.g. solid_objects.admin.allow"
             f"({{'cli:*': 'read'}})) or the dotted path of one, not {policy!r}"
         )
+    allow_all = configured.get("ALLOW_ALL_CALLERS", False)
+    if not isinstance(allow_all, bool):
+        raise ConfigurationError(
+            f"SOLID_OBJECTS['ALLOW_ALL_CALLERS'] must be True or False, not {allow_all!r}"
+        )
     return {
         "DATABASE": str(configured.get("DATABASE", "default")),
         "OPTIONS": dict(options),
         "ADMIN_POLICY": policy,
+        "ALLOW_ALL_CALLERS": allow_all,
     }
 
 
@@ -263,12 +273,18 @@ def _refuse_if_blocked() -> None:
     connections[settings()["DATABASE"]].ensure_connection()
 
 
-def ref(cls: type[A], actor_id: str) -> Ref[A]:
-    """``runtime().ref(cls, actor_id)``, starting the runtime in this process on first use.
+def ref(cls: type[A], actor_id: str, *, authorization: Any = None) -> Ref[A]:
+    """A ref for a view: ``runtime().ref(cls, actor_id)``, the runtime started on first use.
 
     Started here, never at import or in ``AppConfig.ready``: ``runserver``'s reloader
     parent and a pre-forking server's master never serve, so they never run workers.
     ``OPTIONS = {"workers": 0}`` makes a process a caller only.
+
+    The id comes from the request, so the ref is untrusted: ``authorization`` (the
+    request's user) is what the policies see, and a kind of call with no
+    ``authorize_*`` policy is denied unless ``SOLID_OBJECTS["ALLOW_ALL_CALLERS"]``
+    (:mod:`solid_objects.contrib.access`). The application's own code (a management
+    command, a task) uses ``runtime().ref(...)``, which the defaults trust.
     """
     global _started
     with _lock:
@@ -276,7 +292,24 @@ def ref(cls: type[A], actor_id: str) -> Ref[A]:
         if not _started:
             current.start()
             _started = True
-    return current.ref(cls, actor_id)
+    allow_all = settings()["ALLOW_ALL_CALLERS"]
+    return access.bind(current.ref(cls, actor_id), authorization, allow_all_callers=allow_all)
+
+
+def idempotency_keys(request: Any, *, required: bool = False) -> RequestKeys:
+    """The request's ``Idempotency-Key``, for keying its calls (:mod:`..idempotency`).
+
+    One :class:`~solid_objects.contrib.idempotency.RequestKeys` per request (kept on
+    the request). A malformed header, or a missing one with ``required=True``, raises
+    ``InvalidIdempotencyKey`` (400 with the ``ProblemDetailsMiddleware``).
+    """
+    found = getattr(request, "solid_objects_keys", None)
+    if not isinstance(found, RequestKeys):
+        found = idempotency.from_headers(request.headers, required=required)
+        request.solid_objects_keys = found
+    elif required and not found:
+        raise InvalidIdempotencyKey(f"this request needs an {idempotency.HEADER} header")
+    return found
 
 
 def close() -> None:
