@@ -92,3 +92,72 @@ def test_the_async_face_refuses_it_too(app_engine: Engine, backend: str) -> None
             assert await tally.bump() == (1 if backend == "sqlite" else 2)
 
     asyncio.run(main())
+
+
+class _Open:
+    """What an integration knows: the application transaction this thread is in."""
+
+    def __init__(self) -> None:
+        self.connection: sqlalchemy.Connection | None = None
+        self.asked: list[tuple[str, str]] = []
+
+    def finder(self, kind: str, what: str) -> sqlalchemy.Connection | None:
+        self.asked.append((kind, what))
+        if self.connection is not None and kind == "call":
+            raise SyncInsideTransaction(f"{what} inside the open transaction")
+        return self.connection
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_an_enlisting_finder_puts_sends_in_the_open_transaction_and_refuses_calls(
+    app_engine: Engine, face: str
+) -> None:
+    """``Runtime.enlist_sends``: a send without ``connection=`` is written in the
+    transaction the finder names (rolled back: no message; committed: it runs once);
+    a call there raises the finder's error and writes nothing."""
+    art = AsyncRuntime(app_engine, **{**FAST, "workers": 2, "busy_timeout": 3.0})
+    rt = art.sync
+    rt.install()
+    opened = _Open()
+    (rt if face == "sync" else art).enlist_sends(opened.finder)
+
+    async def main() -> None:
+        async with art:
+            sync_tally, async_tally = rt.ref(Tally, face), art.ref(Tally, face)
+
+            async def send() -> None:
+                if face == "sync":
+                    sync_tally.bump.send()
+                else:
+                    await async_tally.bump.send()
+
+            async def call() -> int:
+                if face == "sync":
+                    return sync_tally.bump()
+                return int(await async_tally.bump())
+
+            with app_engine.connect() as conn:
+                conn.begin()
+                opened.connection = conn
+                await send()
+                with pytest.raises(SyncInsideTransaction):
+                    await call()
+                conn.rollback()
+            opened.connection = None
+            assert count_rows(rt, "messages") == 0  # rolled back with the application
+            with app_engine.connect() as conn:
+                conn.begin()
+                opened.connection = conn
+                await send()
+                conn.commit()
+            opened.connection = None
+            assert await call() == 2  # the committed send ran once, then this call
+            assert count_rows(rt, "messages") == 2
+
+    try:
+        asyncio.run(main())
+    finally:
+        rt.close()
+    assert ("send", "sending Tally.bump()") in opened.asked
+    assert ("call", "calling Tally.bump()") in opened.asked

@@ -649,6 +649,7 @@ class AsyncRef(_Actor["AsyncRuntime", A]):
         options: CallOptions,
     ) -> AsyncMessageReference[Any]:
         engine = self._runtime.sync._engine
+        options = _enlisted(engine, self.actor_type, operation, options)
         _refuse_send(engine, self.actor_type, operation, options)
         message_id = await self._runtime._run(
             engine.send, self._definition, self.actor_id, operation, args, kwargs, options

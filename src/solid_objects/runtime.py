@@ -455,6 +455,11 @@ class AsyncRuntime:
         found = await self._run(self.sync._find_message, cls, message_id, authorization)
         return AsyncMessageReference(self, *found, authorization=authorization)
 
+    def enlist_sends(self, finder: Callable[[str, str], Any]) -> None:
+        """Join the application transaction the caller is in (:meth:`Runtime.enlist_sends`);
+        the finder is asked on the event loop's thread."""
+        self.sync.enlist_sends(finder)
+
     # --- diagnosis ----------------------------------------------------------------------
 
     async def health(self) -> Report:
