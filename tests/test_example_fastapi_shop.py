@@ -70,6 +70,20 @@ def test_checkout_sends_one_receipt_and_cancels_the_reminder(shop: ModuleType) -
     assert len(actors.mail.sent()) == 1
 
 
+def test_a_retried_post_with_the_same_idempotency_key_adds_once(shop: ModuleType) -> None:
+    actors = importlib.import_module("examples.fastapi_shop.actors")
+    with TestClient(shop.app) as client:
+        cart = "/carts/alice@example.com"
+        retried = {**ALICE, "Idempotency-Key": '"0b6e4c1a-6f0e-4f55-9a43-5d1a8e7c2b90"'}
+        for _ in range(3):
+            added = client.post(f"{cart}/items?sku=tea", headers=retried)
+            assert added.json() == {"count": 1}, added.text
+        assert client.post(f"{cart}/items?sku=cup", headers=ALICE).json() == {"count": 2}
+    cart_ref = actors.runtime.sync.ref(actors.Cart, "alice@example.com")
+    state = cart_ref.with_options(authorization="alice@example.com").snapshot()
+    assert state["items"] == ["tea", "cup"]  # read back from the database: tea once
+
+
 def test_an_abandoned_cart_gets_one_reminder_an_hour_after_its_last_change(
     shop: ModuleType,
 ) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Header
 
 from solid_objects import AsyncRef
-from solid_objects.contrib.fastapi import actor, exception_handlers, lifespan
+from solid_objects.contrib.fastapi import IdempotencyKeys, actor, exception_handlers, lifespan
 
 from .actors import Cart, runtime
 
@@ -26,14 +26,16 @@ app = FastAPI(
 CartRef = Annotated[AsyncRef[Cart], Depends(actor(Cart, path_param="cart_id", context=customer))]
 
 
+# A client that retries a POST with the same Idempotency-Key header (after a 504, a
+# dropped connection) gets the first attempt's outcome: the item is added once.
 @app.post("/carts/{cart_id}/items")
-async def add_item(cart: CartRef, sku: str) -> dict[str, int]:
-    return {"count": await cart.add(sku=sku)}
+async def add_item(cart: CartRef, sku: str, keys: IdempotencyKeys) -> dict[str, int]:
+    return {"count": await keys.keyed(cart.add)(sku=sku)}
 
 
 @app.post("/carts/{cart_id}/checkout")
-async def checkout(cart: CartRef) -> dict[str, list[str]]:
-    return {"items": await cart.checkout()}
+async def checkout(cart: CartRef, keys: IdempotencyKeys) -> dict[str, list[str]]:
+    return {"items": await keys.keyed(cart.checkout)()}
 
 
 @app.get("/carts/{cart_id}")
