@@ -28,11 +28,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
-from starlette.routing import Mount, Route
-from starlette.websockets import WebSocket
+from solid_objects.extras import requires_extra
+
+with requires_extra("web", "examples.live_counter"):
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
+    from starlette.routing import Mount, Route
+    from starlette.websockets import WebSocket
 
 from solid_objects import Actor, AuthorizationRequest, Runtime, payload
 from solid_objects.web import realtime

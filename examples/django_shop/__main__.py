@@ -9,7 +9,10 @@ from __future__ import annotations
 import os
 import sys
 
-from django.core.management import execute_from_command_line
+from solid_objects.extras import requires_extra
+
+with requires_extra("django", "examples.django_shop"):
+    from django.core.management import execute_from_command_line
 
 if __name__ == "__main__":
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "examples.django_shop.settings")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 
-import uvicorn
+from solid_objects.extras import requires_extra
+
+with requires_extra("fastapi", "examples.fastapi_shop"):
+    import uvicorn
 
 if __name__ == "__main__":
     uvicorn.run(

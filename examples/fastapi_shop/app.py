@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header
+from solid_objects.extras import requires_extra
+
+with requires_extra("fastapi", "examples.fastapi_shop"):
+    from fastapi import Depends, FastAPI, Header
 
 from solid_objects import AsyncRef
 from solid_objects.contrib.fastapi import IdempotencyKeys, actor, exception_handlers, lifespan

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import os
 
-from flask import Flask, request
+from solid_objects.extras import requires_extra
+
+with requires_extra("flask", "examples.flask_app"):
+    from flask import Flask, request
 
 from solid_objects import Actor, Rejected, query
 from solid_objects.authorization import AuthorizationRequest

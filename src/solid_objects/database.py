@@ -69,6 +69,15 @@ def library_engine(database: str | URL | Engine, options: Options) -> Engine:
         raise ConfigurationError(f"invalid database URL {redact_url(url)!r}: {exc}") from None
 
 
+def engine_for(url: URL, **kwargs: Any) -> Engine:
+    """``create_engine`` for a URL the runtime does not own (the test plugin's admin
+    connection): a missing driver is the same `ConfigurationError`, naming the extra."""
+    try:
+        return create_engine(url, **kwargs)
+    except (NoSuchModuleError, ModuleNotFoundError) as exc:
+        raise ConfigurationError(_driver_hint(url, exc)) from None
+
+
 def _from_application_engine(app: Engine, options: Options) -> Engine:
     url = app.url
     if app.dialect.is_async:

@@ -69,13 +69,14 @@ def fresh_database(
     if server_url is None or server_url.startswith("sqlite"):
         yield f"sqlite:///{folder / filename}"
         return
-    import sqlalchemy
     from sqlalchemy.engine import make_url
+
+    from .database import engine_for
 
     base = make_url(server_url)
     name = f"solid_t_{uuid.uuid4().hex[:12]}"
     postgres = base.get_backend_name() == "postgresql"
-    admin = sqlalchemy.create_engine(base, isolation_level="AUTOCOMMIT")
+    admin = engine_for(base, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
             if postgres:

@@ -22,7 +22,10 @@ import inspect
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, Path, Request
+from ..extras import requires_extra
+
+with requires_extra("fastapi", "solid_objects.contrib.fastapi"):
+    from fastapi import Depends, Path, Request
 
 from ..actor import Actor
 from ..ref import AsyncRef, Ref

@@ -37,16 +37,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
-from flask import (
-    Flask,
-    Response,
-    current_app,
-    g,
-    has_app_context,
-    has_request_context,
-    request,
-)
-from flask import json as flask_json
+from ..extras import requires_extra
+
+with requires_extra("flask", "solid_objects.contrib.flask"):
+    from flask import (
+        Flask,
+        Response,
+        current_app,
+        g,
+        has_app_context,
+        has_request_context,
+        request,
+    )
+    from flask import json as flask_json
 
 from ..actor import Actor
 from ..errors import ConfigurationError

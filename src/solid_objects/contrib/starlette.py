@@ -27,9 +27,12 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, context
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import HTTPConnection, Request
-from starlette.responses import JSONResponse, Response
+from ..extras import requires_extra
+
+with requires_extra("fastapi", "solid_objects.contrib.starlette"):
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import HTTPConnection, Request
+    from starlette.responses import JSONResponse, Response
 
 from ..actor import Actor
 from ..errors import RuntimeNotStarted

@@ -25,11 +25,21 @@ from concurrent.futures import Future
 from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import context as otel_context
-from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from ..extras import requires_extra
+
+with requires_extra("otel", "solid_objects.observability.otel"):
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+    from opentelemetry.context import Context
+    from opentelemetry.trace import (
+        NonRecordingSpan,
+        Span,
+        SpanContext,
+        SpanKind,
+        Status,
+        StatusCode,
+    )
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from .events import Instrumentation, Turn, reminder_changes, turn_outcome
 

@@ -17,9 +17,12 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from ..extras import requires_extra
+
+with requires_extra("metrics", "solid_objects.observability.prometheus"):
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+    from prometheus_client.core import GaugeMetricFamily, Metric
+    from prometheus_client.registry import Collector
 
 from ..engine.presence import unhandled_effects
 from ..errors import ConfigurationError

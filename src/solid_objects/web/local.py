@@ -17,8 +17,11 @@ from types import FrameType
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, quote, urlencode
 
-import uvicorn
-from starlette.requests import Request
+from ..extras import requires_extra
+
+with requires_extra("web", "solid_objects.web.local"):
+    import uvicorn
+    from starlette.requests import Request
 
 from .dashboard import dashboard
 from .security import ASGIApp, Receive, Scope, Send

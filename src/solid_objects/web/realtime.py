@@ -27,11 +27,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
-from starlette.responses import FileResponse
-from starlette.routing import Route, WebSocketRoute
-from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+from ..extras import requires_extra
+
+with requires_extra("web", "solid_objects.web.realtime"):
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.responses import FileResponse
+    from starlette.routing import Route, WebSocketRoute
+    from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from ..codec import check_identifier
 from ..errors import SolidObjectsError, Unauthorized, UnknownActorType

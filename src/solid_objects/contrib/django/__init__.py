@@ -38,6 +38,12 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy.engine import URL
 
+from ...extras import requires_extra
+
+# Its modules import Django where they use it; without it, say so at the import.
+with requires_extra("django", "solid_objects.contrib.django"):
+    import django  # noqa: F401
+
 from ...actor import Actor
 from ...errors import ConfigurationError
 from ...ref import Ref
