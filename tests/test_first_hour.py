@@ -185,7 +185,8 @@ def test_every_help_reads_as_text_and_names_the_target_module_runtime() -> None:
         for name in path:
             assert isinstance(command, click.Group)
             command = command.commands[name]
-        if any(p.name == "target" for p in command.params):
+        # (the group's -A/--app option is named target too; its help says so in full)
+        if not isinstance(command, click.Group) and any(p.name == "target" for p in command.params):
             assert "MODULE:RUNTIME" in text.split("\n\n", 1)[0], (path, text)
 
 
@@ -195,7 +196,7 @@ def test_dead_letters_retry_help_as_the_user_saw_it(tmp_path: Path, sqlite_url: 
     assert "``" not in done.stdout
     assert 'An id of "-" reads more ids from stdin' in " ".join(done.stdout.split())
     assert done.stdout.startswith(
-        "Usage: python -m solid_objects dead-letters retry [OPTIONS] MODULE:RUNTIME"
+        "Usage: python -m solid_objects dead-letters retry [OPTIONS] [MODULE:RUNTIME]"
     )
 
 

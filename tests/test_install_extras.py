@@ -131,7 +131,9 @@ def test_the_readme_venv_runs_the_cli_and_names_the_extra_of_every_optional_impo
     virtualenv: Callable[[str], Virtualenv],
 ) -> None:
     env = virtualenv(README_LINE)
-    env.command("solid-objects", ROOT)
+    version = env.run("solid-objects --version", ROOT)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.strip() == "solid-objects, version 0.1.0"
 
     # python -m examples.live_counter, as the README says, with only the core installed
     counter = env.run("python -m examples.live_counter --port 0", ROOT, timeout=60)

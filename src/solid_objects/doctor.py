@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -106,10 +107,25 @@ def examine(
     return Report([_for_app(c, app) for c in checks])
 
 
+#: The runtime the Django app builds from settings, which ``manage.py solid_objects``
+#: supplies to every command (its management command's ``TARGET``).
+DJANGO_APP = "solid_objects.contrib.django:runtime"
+
+#: A command of the advice: ``solid-objects <command> {app}``.
+_COMMAND = re.compile(r"solid-objects ((?:[a-z-]+ )*?)\{app\}")
+
+
 def _for_app(check: Check, app: str) -> Check:
+    """The advice's commands as the user runs them: ``manage.py solid_objects`` on Django."""
     if check.advice is None:
         return check
-    return dataclasses.replace(check, advice=check.advice.replace("{app}", app))
+    if app == DJANGO_APP:
+        advice = _COMMAND.sub(
+            lambda m: "python manage.py solid_objects " + m.group(1).rstrip(), check.advice
+        )
+    else:
+        advice = check.advice.replace("{app}", app)
+    return dataclasses.replace(check, advice=advice)
 
 
 def _connection(runtime: Runtime, checks: list[Check]) -> bool:

@@ -15,7 +15,7 @@ from ..codec import check_identifier
 from ..errors import InvalidArguments
 from ..store.store import new_id
 from .base import BATCH, AdminBase, check_limit, decode_cursor, log, page_of
-from .views import ActorSummary, ExpiryReport, Page, datetime_of
+from .views import ActorSummary, ExpiryReport, Page, datetime_of, iso_of
 
 if TYPE_CHECKING:
     from ..store import Tx
@@ -189,7 +189,7 @@ class IdleActors(AdminBase):
                         target_id=f"{kind}/{actor_id}"[:255],
                         actor_type=kind,
                         actor_id=actor_id,
-                        detail={"state_ttl_s": seconds, "untouched_before": cutoff},
+                        detail={"state_ttl_s": seconds, "untouched_before": iso_of(cutoff)},
                     )
                 return len(gone)
 

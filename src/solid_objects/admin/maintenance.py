@@ -36,6 +36,7 @@ from .views import (
     ReminderChange,
     ReminderInfo,
     datetime_of,
+    iso_of,
 )
 
 if TYPE_CHECKING:
@@ -483,9 +484,10 @@ class Maintenance(AdminBase):
                 continue
 
             def record(tx: Tx, keys: list[str], deleted: int, kind: str = kind) -> None:
-                detail: dict[str, Any] = {"deleted": deleted, "cutoff": cutoff}
+                # Times in an audit record read as ISO 8601 UTC, like the record's own.
+                detail: dict[str, Any] = {"deleted": deleted, "cutoff": iso_of(cutoff)}
                 if kind == "messages" and by_type:
-                    detail["cutoff_by_type"] = by_type
+                    detail["cutoff_by_type"] = {t: iso_of(c) for t, c in by_type.items()}
                 self._audit(
                     tx,
                     principal,

@@ -27,6 +27,15 @@ def datetime_of(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
 
+def iso_of(ms: int) -> str:
+    """Epoch milliseconds as the ISO 8601 UTC text `to_jsonable` gives a datetime."""
+    return (
+        datetime.fromtimestamp(ms / 1000, UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+
+
 def stored_json(text: str | None) -> Any:
     """A stored JSON column as data; text that does not parse is shown as it is."""
     if text is None:

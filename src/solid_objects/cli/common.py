@@ -1,7 +1,8 @@
 """What every ``solid-objects`` command shares: loading the target, output, exit codes.
 
 Commands that need the application's actors take its runtime as
-``MODULE:RUNTIME`` (like uvicorn), e.g. ``solid-objects worker myapp.actors:runtime``.
+``MODULE:RUNTIME`` (like uvicorn), e.g. ``solid-objects worker myapp.actors:runtime``,
+or from ``solid-objects -A MODULE:RUNTIME`` / ``SOLID_OBJECTS_APP`` (like Celery).
 The operator commands act as the principal ``cli:<OS user>`` through the
 application's administration policy, print a table (or JSON with ``--json``) and
 put errors on stderr.
@@ -277,7 +278,105 @@ def read_ids(values: tuple[str, ...]) -> list[str]:
     return ids
 
 
-target_argument = click.argument("target", metavar="MODULE:RUNTIME")
+target_argument = click.argument("target", metavar="[MODULE:RUNTIME]")
+
+#: The environment variable that names the runtime when a command line does not.
+APP_ENVVAR = "SOLID_OBJECTS_APP"
+
+#: ``solid-objects -A MODULE:RUNTIME COMMAND``: the runtime for every command, as
+#: Celery's ``-A``/``CELERY_APP`` and procrastinate's ``--app``/``PROCRASTINATE_APP``.
+#: Its parameter is named ``target`` like the commands' argument, so the Django
+#: management command, which supplies the project's runtime to every parameter of
+#: that name, drops it as well.
+app_option = click.option(
+    "-A",
+    "--app",
+    "target",
+    metavar="MODULE:RUNTIME",
+    envvar=APP_ENVVAR,
+    show_envvar=True,
+    default=None,
+    help="The runtime of the commands that take one, so they need no MODULE:RUNTIME argument.",
+)
+
+
+def _looks_like_target(value: str | None) -> bool:
+    """``MODULE:RUNTIME`` has a colon; no type, id, message id or process name has one."""
+    if value is None or value.startswith("-"):
+        return False
+    module, sep, attribute = value.partition(":")
+    return bool(sep and module and attribute) and not any(c.isspace() for c in value)
+
+
+def with_app(command: click.Command, ctx: click.Context, args: list[str]) -> list[str]:
+    """``args`` with the ``-A``/``SOLID_OBJECTS_APP`` runtime in front when they lack one.
+
+    The command's own parser reads ``args`` once to find what would be its first
+    positional argument: a ``MODULE:RUNTIME`` there is the target, as before;
+    otherwise the runtime named by ``-A`` or the environment is put in front.
+    """
+    if ctx.resilient_parsing or not any(p.name == "target" for p in command.params):
+        return args
+    try:
+        options, _, _ = command.make_parser(ctx).parse_args(args=list(args))
+    except click.NoSuchOption as exc:
+        if exc.option_name in ("-A", "--app"):
+            raise click.UsageError(
+                f"-A/--app goes before the command: solid-objects -A MODULE:RUNTIME "
+                f"{ctx.info_name} ... (or name the runtime as the command's first argument)",
+                ctx,
+            ) from None
+        return args  # the real parse reports it
+    except click.UsageError:
+        return args
+    found = options.get("target")  # click marks a missing one with a sentinel
+    given = found if isinstance(found, str) else None
+    help_option = command.get_help_option(ctx)
+    asked_help = help_option is not None and options.get(help_option.name or "") is True
+    if _looks_like_target(given) or asked_help:
+        return args
+    app = ctx.find_root().params.get("target")
+    if isinstance(app, str) and app:
+        return [app, *args]
+    how = (
+        "name it as the command's first argument, with solid-objects -A MODULE:RUNTIME "
+        f"before the command, or in the {APP_ENVVAR} environment variable"
+    )
+    if given is None:
+        raise click.UsageError(
+            f"missing MODULE:RUNTIME, the runtime to act on (e.g. myapp.actors:runtime): {how}",
+            ctx,
+        )
+    raise click.UsageError(
+        f"expected MODULE:RUNTIME (e.g. myapp.actors:runtime), got {given!r}: {how}", ctx
+    )
+
+
+class AppCommand(click.Command):
+    """A command whose ``MODULE:RUNTIME`` may come from ``-A`` or ``SOLID_OBJECTS_APP``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, with_app(self, ctx, args))
+
+
+class AppGroup(click.Group):
+    """The ``solid-objects`` group: every command added that takes ``MODULE:RUNTIME``
+    (in subgroups too) also takes it from ``-A``/``SOLID_OBJECTS_APP``."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        _accept_app(cmd)
+        super().add_command(cmd, name)
+
+
+def _accept_app(command: click.Command) -> None:
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _accept_app(sub)
+    elif type(command) is click.Command and any(p.name == "target" for p in command.params):
+        # The command modules build plain click commands; this gives them the lookup.
+        command.__class__ = AppCommand
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 limit_option = click.option(
     "--limit", type=click.IntRange(1, 1000), default=50, show_default=True, help="Page size."

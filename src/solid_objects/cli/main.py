@@ -14,11 +14,14 @@ import sys
 
 import click
 
+from .. import __version__
 from . import dashboard, inspection, operations, worker
-from .common import EXIT_FAILED
+from .common import EXIT_FAILED, AppGroup, app_option
 
 
-@click.group()
+@click.group(cls=AppGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="solid-objects")
+@app_option
 @click.option(
     "--log-level",
     default="warning",
@@ -26,8 +29,15 @@ from .common import EXIT_FAILED
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     help="How much the library logs to stderr.",
 )
-def main(log_level: str) -> None:
-    """Durable virtual actors in the SQL database you already run."""
+def main(log_level: str, target: str | None = None) -> None:
+    """Durable virtual actors in the SQL database you already run.
+
+    The commands that act on an application take its runtime as MODULE:RUNTIME
+    (e.g. solid-objects status myapp.actors:runtime). Name it once instead with
+    -A/--app before the command (solid-objects -A myapp.actors:runtime status) or
+    in the SOLID_OBJECTS_APP environment variable; a MODULE:RUNTIME argument given
+    to a command wins over both.
+    """
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
