@@ -125,3 +125,34 @@ def test_the_sdist_carries_the_license_and_sources_but_no_working_tree_junk(
     needed = ("pyproject.toml", "README.md", "src/solid_objects/py.typed", "tests/conftest.py")
     assert [n for n in needed if n not in names] == []
     assert not [n for n in names if forbidden(n)]
+
+
+def test_twine_check_passes_on_the_wheel_and_the_sdist(built: tuple[Path, Path]) -> None:
+    """What PyPI would refuse or render badly (the README's markup, the metadata)."""
+    wheel, sdist = built
+    done = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", str(wheel), str(sdist)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("PASSED") == 2, done.stdout
+
+
+def test_the_metadata_names_the_project_for_an_index(built: tuple[Path, Path]) -> None:
+    """URLs, authors, keywords and classifiers, and the README rendered as Markdown."""
+    wheel, _ = built
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = archive.read("solid_objects-0.1.0.dist-info/METADATA").decode()
+    headers = metadata.split("\n\n", 1)[0].splitlines()
+    urls = {h.split(": ", 1)[1].split(", ", 1)[0] for h in headers if h.startswith("Project-URL")}
+    assert {"Homepage", "Documentation", "Source", "Issues"} <= urls
+    assert "Author: Solid Objects for Python contributors" in headers
+    assert any(h.startswith("Keywords: ") and "actors" in h for h in headers)
+    classifiers = {h.split(": ", 1)[1] for h in headers if h.startswith("Classifier: ")}
+    assert "Typing :: Typed" in classifiers
+    assert "Programming Language :: Python :: 3.11" in classifiers
+    assert "Description-Content-Type: text/markdown" in headers
+    extras = {h.split(": ", 1)[1] for h in headers if h.startswith("Provides-Extra: ")}
+    assert {"web", "fastapi", "flask", "django", "testing", "postgres", "mysql"} <= extras
