@@ -252,5 +252,25 @@ def test_messages_cancel_cancels_a_queued_message_and_refuses_a_finished_one(
     )
     assert queued.status() == "cancelled"
     assert count_rows(rt, "audit", "action = 'messages.cancel'") == 1
-    assert "was not cancelled" in cli.fails(1, "messages", "cancel", TARGET, done.id)
+    refused = cli.fails(1, "messages", "cancel", TARGET, done.id)
+    assert "it already finished (completed)" in refused
+    assert "holds" not in refused
     assert "no message" in cli.fails(1, "messages", "cancel", TARGET, "0" * 32)
+
+
+def test_messages_cancel_says_when_a_worker_holds_the_actor(app: tuple[Runtime, CLI]) -> None:
+    rt, cli = app
+    queued = rt.ref(Account, "h").deposit.send(amount=1)
+    # A live lease, as a worker that claimed the actor and may be running it holds it.
+    rt.store.transact(
+        lambda tx: tx.run(
+            "UPDATE {actors} SET lease_owner = 'elsewhere', lease_token = 'x', "
+            "lease_expires_at = {now} + 600000 WHERE actor_id = 'h'"
+        )
+    )
+    refused = cli.fails(1, "messages", "cancel", TARGET, queued.id)
+    assert "a worker holds its actor's lease" in refused
+    assert "pause the actor" in refused
+    assert "finished" not in refused
+    assert queued.status() == "queued"
+    assert count_rows(rt, "audit", "action = 'messages.cancel'") == 0

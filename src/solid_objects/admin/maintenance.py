@@ -28,6 +28,7 @@ from .base import (
 from .views import (
     ActorPause,
     ActorSummary,
+    MessageCancellation,
     Orphans,
     Page,
     ProcessInfo,
@@ -162,14 +163,26 @@ class Maintenance(AdminBase):
         """Cancel a message that has not started, as ``MessageReference.cancel()`` does.
 
         True when it ends ``cancelled`` (audited); False when it finished or a worker
-        holds its actor's lease (pause the actor first).
+        holds its actor's lease (pause the actor first). :meth:`try_cancel_message`
+        says which.
+        """
+        return self.try_cancel_message(message_id, reason=reason).cancelled
+
+    def try_cancel_message(
+        self, message_id: str, *, reason: str | None = None
+    ) -> MessageCancellation:
+        """Cancel a message that has not started, and say why not when it could not be.
+
+        A message that finished keeps its status (``refused="finished"``); a queued one
+        whose actor a worker holds may be running now (``refused="held"``): pause the
+        actor, then cancel. Audited when cancelled.
         """
         check_identifier(message_id, what="message id")
         reason = check_reason(reason)
         principal = self._authorize("messages.cancel", message_id=message_id)
         store = self._runtime.store
 
-        def body(tx: Tx) -> bool:
+        def body(tx: Tx) -> MessageCancellation:
             done = store.cancel(tx, message_id)
             if done is None:
                 raise NotFound(f"no message {message_id}")
@@ -184,7 +197,9 @@ class Maintenance(AdminBase):
                     actor=(message.actor_type, message.actor_id),
                     detail={"reason": reason},
                 )
-            return cancelled
+                return MessageCancellation(message_id, True, message.status, None)
+            refused = "held" if message.status in ("queued", "scheduled") else "finished"
+            return MessageCancellation(message_id, False, message.status, refused)
 
         return store.transact(body)
 

@@ -378,6 +378,20 @@ class AuditEntry:
 
 
 @dataclass(frozen=True)
+class MessageCancellation:
+    """The outcome of cancelling a message: cancelled, or why it was not."""
+
+    message_id: str
+    cancelled: bool
+    #: The message's status now (``cancelled`` when it was cancelled).
+    status: str
+    #: Why it was not: ``finished`` (its status says how) or ``held`` (a worker holds
+    #: its actor's lease and may be running it: pause the actor first). None when
+    #: it was cancelled.
+    refused: str | None
+
+
+@dataclass(frozen=True)
 class ActorPause:
     """The outcome of pausing or resuming an actor."""
     actor_type: str

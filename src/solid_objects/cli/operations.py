@@ -294,11 +294,15 @@ def messages() -> None:
 def messages_cancel(target: str, message_id: str, reason: str | None, as_json: bool) -> None:
     """Cancel a message that has not started (exit 1 if it finished or may be running)."""
     with admin_session(target) as admin:
-        cancelled = admin.cancel_message(message_id, reason=reason)
-    if not cancelled:
+        outcome = admin.try_cancel_message(message_id, reason=reason)
+    if outcome.refused == "finished":
         raise OperationFailed(
-            f"{message_id} was not cancelled: it finished, or a worker holds its actor "
-            "(pause the actor first)"
+            f"{message_id} was not cancelled: it already finished ({outcome.status})"
+        )
+    if outcome.refused is not None:
+        raise OperationFailed(
+            f"{message_id} was not cancelled: a worker holds its actor's lease and may be "
+            "running it now (pause the actor, then cancel)"
         )
     if as_json:
         emit_json({"message_id": message_id, "cancelled": True})
