@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +30,7 @@ import sqlalchemy
 
 from solid_objects import Actor, AsyncRuntime, Runtime
 from solid_objects.errors import CallTimeout, MessageNotFound
+from solid_objects.faults import inject
 
 from .apps.deadline_app import NAP, TIMEOUT, Sleeper
 from .conftest import FAST, count_rows
@@ -234,6 +236,41 @@ def test_a_direct_turn_that_overruns_the_timeout_says_truthfully_what_it_left(
             assert result == 3  # committed, returned late
         assert slot.snapshot()["n"] == 3
         assert count_rows(rt, "messages", "operation = 'nap'") == 3
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_direct_turns_commit_still_open_at_the_deadline_is_named_as_such(
+    make_runtime: Callable[..., Runtime], backend: str
+) -> None:
+    """SQLite's writer thread commits a direct turn: held past the caller's deadline,
+    the CallTimeout says the message may have committed since (never "has not
+    committed"), with its id; the message then completes once."""
+    rt = make_runtime(workers=2, **FAST)
+    stalled = threading.Event()
+    armed = threading.Event()
+
+    def hold_the_commit(name: str) -> None:
+        if name == "commit.body" and armed.is_set() and not stalled.is_set():
+            stalled.set()
+            time.sleep(1.0)  # the writer thread, inside the direct turn's transaction
+
+    with rt:
+        slot = rt.ref(Slot, "c")
+        assert slot.take() == 1  # on a worker, which times ``take``
+        held_idle(rt, "c")
+        with inject(hold_the_commit):
+            armed.set()
+            with pytest.raises(CallTimeout) as raised:
+                slot.with_options(timeout=0.3).take()
+        assert stalled.is_set()  # it was a direct turn, committed by the writer
+        text = str(raised.value)
+        assert "has not committed" not in text
+        assert "direct turn" in text and "may have committed since" in text, text
+        assert raised.value.message is not None and raised.value.message.id in text
+        assert raised.value.message.wait(timeout=30) == 2
+        assert slot.snapshot()["n"] == 2
+        assert count_rows(rt, "messages", "operation = 'take'") == 2
 
 
 def _post(url: str) -> tuple[int, dict[str, object] | int, float]:
