@@ -92,6 +92,8 @@ class DeadLetter:
     resolved_by: str | None
     resolved_at: datetime | None
     reason: str | None
+    #: Where it failed: the last attempt's formatted traceback (bounded, redacted).
+    traceback: str | None = None
 
     @classmethod
     def of(cls, row: DeadLetterRow) -> DeadLetter:
@@ -113,6 +115,7 @@ class DeadLetter:
             resolved_by=row.resolved_by,
             resolved_at=datetime_of(row.resolved_at),
             reason=row.reason,
+            traceback=row.traceback,
         )
 
 
@@ -158,6 +161,8 @@ class MailboxMessage:
     #: For a delayed (``scheduled``) message, when it enters the mailbox.
     available_at: datetime | None
     created_at: datetime | None
+    #: The last failed attempt's formatted traceback (bounded, redacted).
+    traceback: str | None = None
 
     @classmethod
     def of(cls, row: MailboxRow) -> MailboxMessage:
@@ -173,6 +178,7 @@ class MailboxMessage:
             idempotency_key=row.idempotency_key,
             available_at=datetime_of(row.available_at),
             created_at=datetime_of(row.created_at),
+            traceback=row.traceback,
         )
 
 
@@ -194,6 +200,8 @@ class EffectInfo:
     available_at: datetime | None
     created_at: datetime | None
     completed_at: datetime | None
+    #: The last failed attempt's formatted traceback (bounded, redacted).
+    traceback: str | None = None
 
     @classmethod
     def of(cls, row: EffectAdminRow) -> EffectInfo:
@@ -212,6 +220,7 @@ class EffectInfo:
             available_at=datetime_of(row.available_at),
             created_at=datetime_of(row.created_at),
             completed_at=datetime_of(row.completed_at),
+            traceback=row.traceback,
         )
 
 
@@ -497,6 +506,8 @@ class ActorMessage:
     error: Any
     created_at: datetime | None
     completed_at: datetime | None
+    #: The last failed attempt's formatted traceback (bounded, redacted).
+    traceback: str | None = None
 
     @classmethod
     def of(cls, row: ActorMessageRow) -> ActorMessage:
@@ -511,6 +522,7 @@ class ActorMessage:
             error=stored_json(row.error),
             created_at=datetime_of(row.created_at),
             completed_at=datetime_of(row.completed_at),
+            traceback=row.traceback,
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Iterable
 from typing import Any
 
 import click
@@ -201,6 +202,7 @@ def inspect(target: str, actor_type: str, actor_id: str, limit: int, as_json: bo
                 for m in a.queued
             ],
         )
+        print_tracebacks((m.id, m.traceback) for m in a.queued)
         if a.retry_at is not None:
             click.echo(
                 f"head: started {a.attempt} time(s), failing; next attempt {when(a.retry_at, now)}"
@@ -225,6 +227,7 @@ def inspect(target: str, actor_type: str, actor_id: str, limit: int, as_json: bo
                 for e in a.effects
             ],
         )
+        print_tracebacks((e.id, e.traceback) for e in a.effects)
     if a.reminders:
         click.echo(f"reminders: {len(a.reminders)}")
         print_table(
@@ -348,6 +351,7 @@ def dead_letters_show(target: str, message_id: str, as_json: bool) -> None:
             ("resolution", resolution),
         ]
     )
+    print_tracebacks([(d.id, d.traceback)])
 
 
 @dead_letters.command("retry")
@@ -543,3 +547,11 @@ def audit(
 def register(main: click.Group) -> None:
     for command in (status, actors, inspect, dead_letters, effects, audit):
         main.add_command(command)
+
+
+def print_tracebacks(pairs: Iterable[tuple[str, str | None]]) -> None:
+    """Each stored traceback in full, under the id it belongs to: where it failed."""
+    for row_id, text in pairs:
+        if text:
+            click.echo(f"traceback of {row_id}:")
+            click.echo("\n".join("  " + line for line in text.rstrip("\n").splitlines()))

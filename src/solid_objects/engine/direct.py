@@ -134,7 +134,12 @@ class DirectTurns:
             return committed
 
         started = time.perf_counter()
-        if outcome.staged is None and outcome.kind != "retry" and self.store.dialect.writable_cte:
+        if (
+            outcome.staged is None
+            and outcome.kind != "retry"
+            and outcome.traceback is None
+            and self.store.dialect.writable_cte
+        ):
 
             def finish() -> Committed:
                 self.store.finish_direct(

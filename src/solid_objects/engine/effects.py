@@ -28,6 +28,7 @@ from ..staging import callback_key
 from ..store import EffectRow, Enqueued, Store, Tx
 from ..store.rows import encode_sender
 from ..store.store import new_id
+from ..tracebacks import format_traceback
 from .turn import run_coroutine
 
 log = logging.getLogger("solid_objects.effects")
@@ -218,13 +219,23 @@ class EffectRunner:
             effect.id,
             effect.attempts,
             exc,
+            exc_info=None if permanent else exc,
             extra={"solid_action": "effect_failed", **effect_fields(effect)},
         )
+        trace = None if permanent else format_traceback(exc)
+        self.instrument.effect_failed(effect, exc, trace)
         if not permanent and effect.attempts < self.options.effect_max_attempts:
             delay = self.options.retry_delay(effect.attempts)
-            self._record(effect, "pending", result=None, error=error, retry_in_ms=int(delay * 1000))
+            self._record(
+                effect,
+                "pending",
+                result=None,
+                error=error,
+                retry_in_ms=int(delay * 1000),
+                traceback=trace,
+            )
         else:
-            self._record(effect, "dead", result=None, error=error)
+            self._record(effect, "dead", result=None, error=error, traceback=trace)
 
     def _record(
         self,
@@ -234,6 +245,7 @@ class EffectRunner:
         result: str | None,
         error: str | None,
         retry_in_ms: int | None = None,
+        traceback: str | None = None,
     ) -> None:
         callback = None
         if retry_in_ms is None:
@@ -256,6 +268,8 @@ class EffectRunner:
                     extra={"solid_action": "effect_claim_lost", **effect_fields(effect)},
                 )
                 return []
+            if traceback is not None or effect.attempts > 1:
+                self.store.record_traceback(tx, "effects", effect.id, traceback)
             if callback is None:
                 return []
             arguments = self._callback_arguments(effect, callback, result, error)

@@ -22,6 +22,7 @@ from ..errors import DatabaseError, LeaseLost, error_document
 from ..observability.events import Instrumentation, log_fields
 from ..options import Options
 from ..store import Committed, MessageRow, Store, Tx
+from ..tracebacks import format_traceback
 from .activation import Activation
 from .turn import TurnOutcome, failure
 
@@ -151,6 +152,7 @@ class CommitsApart:
             act.actor_id,
             message.operation,
             error,
+            exc_info=error,
             extra={"solid_action": "commit_refused", **log_fields(message, act.head_attempt)},
         )
         self._refused(act, outcome, error)
@@ -171,6 +173,7 @@ class CommitsApart:
             refused.kind = "dead"
         outcome.kind, outcome.error, outcome.staged = refused.kind, refused.error, None
         outcome.state = outcome.result = None
+        outcome.traceback = format_traceback(error)
 
     def _record_overrun(self, tx: Tx, act: Activation, message: MessageRow) -> None:
         """A turn's commit was refused by its fence: if its lease merely expired, the

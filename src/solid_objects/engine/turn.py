@@ -24,6 +24,7 @@ from ..observability.events import log_fields
 from ..staging import Staged, is_callback, turn_scope
 from ..store import MessageRow
 from ..store.store import new_id
+from ..tracebacks import format_traceback
 
 log = logging.getLogger("solid_objects.turn")
 
@@ -38,6 +39,8 @@ class TurnOutcome:
     state: str | None = None
     error: str | None = None
     exception: BaseException | None = None
+    #: The failure's formatted traceback (bounded, redacted), stored with the message.
+    traceback: str | None = None
     #: Effects, reminders and messages to commit with the state (completed turns only).
     staged: Staged | None = None
 
@@ -66,7 +69,8 @@ def failure(exc: BaseException, *, deterministic: bool) -> TurnOutcome:
     doc = canonical_json(error_document(exc))
     if isinstance(exc, Rejected):
         return TurnOutcome("rejected", error=doc, exception=exc)
-    return TurnOutcome("dead" if deterministic else "retry", error=doc, exception=exc)
+    kind: Kind = "dead" if deterministic else "retry"
+    return TurnOutcome(kind, error=doc, exception=exc, traceback=format_traceback(exc))
 
 
 def execute(
@@ -118,6 +122,7 @@ def execute(
             message.actor_id,
             message.operation,
             exc,
+            exc_info=exc,
             extra={"solid_action": "turn_failed", **log_fields(message)},
         )
         return failure(exc, deterministic=False)

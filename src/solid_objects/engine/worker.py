@@ -733,6 +733,7 @@ class WorkerPool(DirectTurns, CommitsApart):
                 delay_ms=int(delay * 1000),
                 direct=direct,
             )
+            self._record_traceback(tx, act, message, outcome)
             return Committed(None, [], [])
         completed = outcome.kind == "completed"
         staged = outcome.staged if completed else None
@@ -756,6 +757,7 @@ class WorkerPool(DirectTurns, CommitsApart):
             else self.instrument.traceparent(f"turn:{message.id}"),
             direct=direct,
         )
+        self._record_traceback(tx, act, message, outcome)
         if savepoint is None or staged is None:
             return committed
         try:
@@ -771,6 +773,7 @@ class WorkerPool(DirectTurns, CommitsApart):
                 act.actor_type,
                 act.actor_id,
                 exc,
+                exc_info=exc,
                 extra={
                     "solid_action": "commit_action_failed",
                     **log_fields(message, act.head_attempt),
@@ -780,9 +783,20 @@ class WorkerPool(DirectTurns, CommitsApart):
             if act.head_attempt >= self.options.max_attempts:
                 failed.kind = "dead"
             outcome.kind, outcome.error, outcome.staged = failed.kind, failed.error, None
+            outcome.traceback = failed.traceback
             return self._commit_turn(tx, act, message, outcome, read, direct)
         savepoint.release()
         return committed
+
+    def _record_traceback(
+        self, tx: Tx, act: Activation, message: MessageRow, outcome: TurnOutcome
+    ) -> None:
+        """Store a failed attempt's traceback with its message; clear an earlier
+        attempt's when a retry succeeds (a first attempt has none to clear)."""
+        if outcome.traceback is not None:
+            self.store.record_traceback(tx, "messages", message.id, outcome.traceback)
+        elif act.head_attempt > 1 and outcome.kind in ("completed", "rejected"):
+            self.store.record_traceback(tx, "messages", message.id, None)
 
     # --- testing ----------------------------------------------------------------------
 

@@ -180,6 +180,10 @@ class Instrumentation:
     def effect_started(self, effect: EffectRow) -> None:
         """An effect runner thread is about to call the handler of ``effect``."""
 
+    def effect_failed(self, effect: EffectRow, exc: BaseException, traceback: str | None) -> None:
+        """The handler of ``effect`` raised ``exc`` on this thread; ``traceback`` is the
+        redacted, bounded text stored with the effect (None for a ``Rejected``)."""
+
     def effect_finished(
         self, effect: EffectRow, status: str, enqueued: list[Enqueued]
     ) -> list[Enqueued]:
@@ -475,6 +479,9 @@ class Fanout(Instrumentation):
 
     def effect_started(self, effect: EffectRow) -> None:
         self._each("effect_started", effect)
+
+    def effect_failed(self, effect: EffectRow, exc: BaseException, traceback: str | None) -> None:
+        self._each("effect_failed", effect, exc, traceback)
 
     def effect_finished(
         self, effect: EffectRow, status: str, enqueued: list[Enqueued]

@@ -203,7 +203,7 @@ class OpenTelemetryTracing(Instrumentation):
         if span is None:
             return
         if outcome.exception is not None:
-            span.record_exception(outcome.exception)
+            span.record_exception(outcome.exception, attributes=_stacktrace(outcome.traceback))
         if outcome.staged is not None:
             # Before the commit makes the effects visible to another runner thread.
             here = span.get_span_context()
@@ -290,6 +290,11 @@ class OpenTelemetryTracing(Instrumentation):
             span.set_status(Status(StatusCode.ERROR, outcome))
         return span
 
+    def effect_failed(self, effect: EffectRow, exc: BaseException, traceback: str | None) -> None:
+        open_: tuple[Span, Token[Context]] | None = getattr(self._local, "effect", None)
+        if open_ is not None:
+            open_[0].record_exception(exc, attributes=_stacktrace(traceback))
+
     def effect_finished(
         self, effect: EffectRow, status: str, enqueued: list[Enqueued]
     ) -> list[Enqueued]:
@@ -314,3 +319,9 @@ class OpenTelemetryTracing(Instrumentation):
             )
             self._links.put(m.id, span.get_span_context())
             span.end()
+
+
+def _stacktrace(traceback: str | None) -> dict[str, str] | None:
+    """The stored traceback as the event's ``exception.stacktrace``: the same redacted,
+    bounded text the database holds, instead of the SDK's own unredacted one."""
+    return None if traceback is None else {"exception.stacktrace": traceback}

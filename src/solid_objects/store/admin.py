@@ -229,7 +229,7 @@ class AdminStatements(ActivityStatements):
         )
         if row is None:
             return None, None
-        return read_dead_letter(row), str(row[17])
+        return read_dead_letter(row), str(row[18])
 
     def retry_dead_letter(
         self,

@@ -41,10 +41,11 @@ class ActorMessageRow:
     error: str | None
     created_at: int
     completed_at: int | None
+    traceback: str | None = None
 
 
 _ACTOR_MESSAGE_COLS = (
-    "id, seq, operation, arguments, status, attempts, error, created_at, completed_at"
+    "id, seq, operation, arguments, status, attempts, error, created_at, completed_at, traceback"
 )
 
 
@@ -63,6 +64,7 @@ def _actor_message(r: Sequence[Any]) -> ActorMessageRow:
         error=r[6],
         created_at=int(r[7]),
         completed_at=_int(r[8]),
+        traceback=r[9],
     )
 
 

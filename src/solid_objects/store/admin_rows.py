@@ -34,6 +34,7 @@ class DeadLetterRow:
     resolved_by: str | None
     resolved_at: int | None
     reason: str | None
+    traceback: str | None = None
 
 
 @dataclass(slots=True)
@@ -67,6 +68,7 @@ class MailboxRow:
     error: str | None
     available_at: int
     created_at: int
+    traceback: str | None = None
 
 
 @dataclass(slots=True)
@@ -85,6 +87,7 @@ class EffectAdminRow:
     error: str | None
     created_at: int
     completed_at: int | None
+    traceback: str | None = None
 
 
 @dataclass(slots=True)
@@ -166,7 +169,7 @@ class EffectRetryOutcome:
 DEAD_COLS = (
     "m.id, m.actor_pk, m.actor_type, m.actor_id, m.seq, m.operation, m.arguments, "
     "m.idempotency_key, m.attempts, m.error, m.created_at, m.completed_at, "
-    "r.resolution, r.retry_message_id, r.principal, r.resolved_at, r.reason"
+    "r.resolution, r.retry_message_id, r.principal, r.resolved_at, r.reason, m.traceback"
 )
 ACTOR_COLS = (
     "pk, actor_type, actor_id, state, state_version, next_seq, done_seq, attempt, ready_at, "
@@ -174,11 +177,11 @@ ACTOR_COLS = (
 )
 MAILBOX_COLS = (
     "id, seq, operation, arguments, idempotency_key, status, attempts, error, available_at, "
-    "created_at"
+    "created_at, traceback"
 )
 EFFECT_COLS = (
     "id, actor_pk, actor_type, actor_id, source_message_id, name, arguments, status, attempts, "
-    "available_at, claimed_by, error, created_at, completed_at"
+    "available_at, claimed_by, error, created_at, completed_at, traceback"
 )
 REMINDER_COLS = (
     "operation, rkey, arguments, due_at, every_ms, missed, version, paused, actor_pk, "
@@ -216,6 +219,7 @@ def read_dead_letter(r: Sequence[Any]) -> DeadLetterRow:
         resolved_by=r[14],
         resolved_at=_int(r[15]),
         reason=r[16],
+        traceback=r[17],
     )
 
 
@@ -251,6 +255,7 @@ def read_mailbox(r: Sequence[Any]) -> MailboxRow:
         error=r[7],
         available_at=int(r[8]),
         created_at=int(r[9]),
+        traceback=r[10],
     )
 
 
@@ -270,6 +275,7 @@ def read_effect(r: Sequence[Any]) -> EffectAdminRow:
         error=r[11],
         created_at=int(r[12]),
         completed_at=_int(r[13]),
+        traceback=r[14],
     )
 
 

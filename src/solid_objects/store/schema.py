@@ -31,7 +31,7 @@ from .dialect import Dialect
 from .notices import KEY_NAME, new_secret
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 
 def _ident(length: int) -> String:
@@ -111,6 +111,8 @@ def build_metadata(prefix: str) -> MetaData:
         # Who sent it (schema 7), as JSON: another actor's type and id, a reminder's
         # operation and key, an effect's callback; NULL for a caller outside any actor.
         Column("sender", Text, nullable=True),
+        # The formatted traceback of the last failed attempt (schema 12), bounded, redacted.
+        Column("traceback", _big_text(), nullable=True),
         UniqueConstraint("actor_pk", "seq", name=f"{prefix}messages_mailbox"),
         # Partial where the database supports it, so the common message (no key,
         # never delayed, never dead) writes no entry into these indexes.
@@ -163,6 +165,8 @@ def build_metadata(prefix: str) -> MetaData:
         Column("created_at", BigInteger, nullable=False),
         Column("completed_at", BigInteger, nullable=True),
         Column("traceparent", String(55), nullable=True),
+        # The formatted traceback of the last failed attempt (schema 12), bounded, redacted.
+        Column("traceback", _big_text(), nullable=True),
         Index(f"{prefix}effects_actor", "actor_pk"),
         Index(
             f"{prefix}effects_due",
@@ -369,6 +373,20 @@ def _migrate_to_11(conn: Connection, md: MetaData) -> None:
     _insert_notice_key(conn, md.info["prefix"])
 
 
+def _migrate_to_12(conn: Connection, md: MetaData) -> None:
+    """Where a failure happened: ``messages.traceback`` and ``effects.traceback``.
+
+    Rows written before it have NULL there: their failures show the error alone.
+    """
+    from sqlalchemy import inspect
+
+    for name in ("messages", "effects"):
+        table = f"{md.info['prefix']}{name}"
+        if "traceback" not in {c["name"] for c in inspect(conn).get_columns(table)}:
+            kind = "LONGTEXT" if conn.dialect.name in ("mysql", "mariadb") else "TEXT"
+            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN traceback {kind} NULL"))
+
+
 def _insert_notice_key(conn: Connection, prefix: str) -> None:
     found = conn.execute(
         text(f"SELECT 1 FROM {prefix}secrets WHERE name = :n"), {"n": KEY_NAME}
@@ -393,6 +411,7 @@ MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_9,
     _migrate_to_10,
     _migrate_to_11,
+    _migrate_to_12,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

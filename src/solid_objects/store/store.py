@@ -51,6 +51,7 @@ from .rows import (
     new_token,
     scheduled_message,
 )
+from .tracebacks import TracebackStatements
 from .turns import TurnStatements
 from .writer import EnqueueBatcher, GroupWriter
 
@@ -110,6 +111,7 @@ class Store(
     ProcessStatements,
     RetentionStatements,
     TurnStatements,
+    TracebackStatements,
 ):
     """The database side of Solid Objects, for one engine and table prefix."""
 
