@@ -160,3 +160,78 @@ def test_a_state_migration_cannot_write_through_a_guarded_engine(
     message = reading.ref(VersionedReading, "v").bump.send()
     reading.testing.drain()
     assert message.result() == 2
+
+
+def raw_escape(engine: Engine) -> None:
+    """A write through a DB-API connection, which passes no SQLAlchemy event."""
+    conn = engine.raw_connection()
+    try:
+        cursor = conn.cursor()
+        cursor.execute("INSERT INTO app_log (note) VALUES ('raw')")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def raw_read(engine: Engine) -> int:
+    conn = engine.raw_connection()
+    try:
+        cursor = conn.cursor()
+        cursor.execute("SELECT COUNT(*) FROM app_log")
+        return int(cursor.fetchone()[0])
+    finally:
+        conn.close()
+
+
+class RawWriter(Actor):
+    def raw(self, via: str) -> None:
+        raw_escape(RUNTIMES[0].engine if via == "runtime" else APP[0])
+
+    def raw_read(self) -> int:
+        return raw_read(APP[0])
+
+    def hidden(self, statement: str) -> None:
+        with APP[0].connect() as conn:
+            conn.execute(text(statement))
+            conn.commit()
+
+
+@pytest.mark.parametrize("via", ["app", "runtime"])
+def test_a_raw_connection_cannot_write_from_actor_code_but_can_read(
+    make_runtime: Callable[..., Runtime], app: Engine, via: str
+) -> None:
+    rt = make_runtime(workers=0, max_attempts=1)
+    RUNTIMES[:] = [rt]
+    rt.guard(app)
+    failure(rt, lambda: rt.ref(RawWriter, "w").raw.send(via=via))
+    assert app_rows() == 0
+    read = rt.ref(RawWriter, "w").raw_read.send()
+    rt.testing.drain()
+    assert read.result() == 0
+    # The connections go back to the pool writable: the application writes as ever.
+    raw_escape(app)
+    raw_escape(rt.engine)
+    escape(app)
+    assert app_rows() == 3
+
+
+def test_writes_hidden_in_a_select_are_refused(
+    make_runtime: Callable[..., Runtime], app: Engine, backend: str
+) -> None:
+    rt = make_runtime(workers=0, max_attempts=1)
+    rt.guard(app)
+    statements = {
+        "postgresql": ["SELECT note INTO app_copy FROM app_log", "SELECT setval('app_seq', 5)"],
+        "mysql": ["SELECT COUNT(*) INTO @n FROM app_log"],
+        "sqlite": [],
+    }[backend]
+    if backend == "postgresql":
+        with app.begin() as conn:
+            conn.execute(text("CREATE SEQUENCE app_seq"))
+    for statement in statements:
+        failed = failure(rt, lambda s=statement: rt.ref(RawWriter, "w").hidden.send(statement=s))
+        assert failed.error["type"] == "ApplicationWriteForbidden", statement
+    if backend == "postgresql":
+        with app.connect() as conn:
+            assert conn.execute(text("SELECT to_regclass('app_copy')")).scalar() is None
+            assert conn.execute(text("SELECT last_value FROM app_seq")).scalar() == 1

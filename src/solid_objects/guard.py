@@ -5,7 +5,10 @@ engine of its own commits on its own, whatever becomes of the turn: it stays
 done if the turn is refused, rolled back or retried. Inside those three scopes a
 guarded engine refuses every statement that is not a read with
 :class:`~solid_objects.errors.ApplicationWriteForbidden`; a commit action's own
-``ctx.connection`` (the turn's transaction) is the one exception.
+``ctx.connection`` (the turn's transaction) is the one exception. A statement's
+text can hide a write, and ``engine.raw_connection()`` bypasses SQLAlchemy's
+events, so a connection checked out inside those scopes is also read-only at the
+server until it returns to the pool (``store/read_only.py``).
 """
 
 from __future__ import annotations
@@ -16,13 +19,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from sqlalchemy import Engine, event
+
 from . import staging
 from .errors import ApplicationWriteForbidden
+from .store.read_only import set_read_only, supports_read_only
 
 _local = threading.local()
 #: Statements that only read. A ``WITH`` is a read unless it modifies data.
 _READ = re.compile(r"\s*(SELECT|SHOW|EXPLAIN|DESCRIBE|PRAGMA\s+\w+\s*$|WITH\b)", re.IGNORECASE)
-_MODIFIES = re.compile(r"\b(INSERT|UPDATE|DELETE|MERGE|REPLACE)\b", re.IGNORECASE)
+#: Words that make a statement a write. ``INTO`` catches ``SELECT ... INTO`` (a new
+#: table on PostgreSQL, a file or variables on MySQL); ``setval``/``nextval`` change a
+#: sequence from a ``SELECT``. The server's read-only session catches what text hides.
+_MODIFIES = re.compile(
+    r"\b(INSERT|UPDATE|DELETE|MERGE|REPLACE|INTO)\b|\b(setval|nextval|lastval)\s*\(",
+    re.IGNORECASE,
+)
 
 
 @contextmanager
@@ -72,3 +84,27 @@ def refuse_escaping_writes(
         "or retried. Stage it with self.commit_action(name, ...) and write through the "
         "handler's ctx.connection, which commits with the turn"
     )
+
+
+def install(engine: Engine) -> None:
+    """Fence ``engine``: refuse escaping writes by their text, and make the connections
+    checked out inside a fenced scope read-only at the server until they return."""
+    if not event.contains(engine, "before_cursor_execute", refuse_escaping_writes):
+        event.listen(engine, "before_cursor_execute", refuse_escaping_writes)
+    name = engine.dialect.name
+    if not supports_read_only(name):
+        return
+
+    def checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        current = scope()
+        if current is None or current[1] is dbapi_connection:
+            return
+        set_read_only(dbapi_connection, name, True)
+        record.info["solid_read_only"] = True
+
+    def checkin(dbapi_connection: Any, record: Any) -> None:
+        if record.info.pop("solid_read_only", False) and dbapi_connection is not None:
+            set_read_only(dbapi_connection, name, False)
+
+    event.listen(engine, "checkout", checkout)
+    event.listen(engine, "checkin", checkin)

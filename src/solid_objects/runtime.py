@@ -204,12 +204,15 @@ class Runtime:
         From actor code, a state migration or a commit action (other than through
         its ``ctx.connection``), a write through ``engine`` would commit on its own
         and stay done if the turn is refused or retried: it raises
-        ApplicationWriteForbidden instead. Reads are allowed. Returns ``engine``.
+        ApplicationWriteForbidden instead. Reads are allowed. A connection checked out
+        in those scopes is read-only at the server until it returns to the pool, so a
+        write that its text hides, or one through ``engine.raw_connection()``, is
+        refused by the database. Returns ``engine``.
         """
         if not isinstance(engine, Engine):
             raise ConfigurationError(f"guard() takes a SQLAlchemy Engine, not {engine!r}")
         if not event.contains(engine, "before_cursor_execute", guard.refuse_escaping_writes):
-            event.listen(engine, "before_cursor_execute", guard.refuse_escaping_writes)
+            guard.install(engine)
         return engine
 
     def enlist_sends(self, finder: Callable[[str, str], Any]) -> None:
