@@ -224,7 +224,11 @@ def test_the_harness_catches_a_planted_fence_bug(
 
     scenario()  # the real fence refuses the stalled commit
     empty_tables(db_url)
-    monkeypatch.setattr(Store, "_FENCE", "pk = :pk")  # the planted bug: no lease check
+    # The planted bug: no lease check, and no check of the message row either (that one
+    # alone refuses the stalled commit of a message the survivor already finished).
+    monkeypatch.setattr(Store, "_FENCE", "pk = :pk")
+    monkeypatch.setattr(Store, "_QUEUED_FENCE", "")
+    monkeypatch.setattr(Store, "_THE_MESSAGE", "id = :id")
     with pytest.raises(AssertionError) as violation:
         scenario()
     # the model saw the stalled worker's stale state overwrite the survivor's commit
