@@ -287,7 +287,11 @@ def test_the_stalled_commit_test_catches_a_planted_fence_bug(
     """Without the lease in the fence, A's stale turn overwrites what B committed."""
     stalled_commit_scenario(db_url, items=4)  # the real fence refuses it
     empty_tables(db_url)
-    monkeypatch.setattr(Store, "_FENCE", "pk = :pk")  # the planted bug: no lease check
+    # The planted bug: no lease check, and no check of the message row either (that one
+    # alone refuses A's commit of a message B already finished).
+    monkeypatch.setattr(Store, "_FENCE", "pk = :pk")
+    monkeypatch.setattr(Store, "_QUEUED_FENCE", "")
+    monkeypatch.setattr(Store, "_THE_MESSAGE", "id = :id")
     with pytest.raises(AssertionError) as violation:
         stalled_commit_scenario(db_url, items=4)
     # B committed [0, 1, 2, 3]; A's stale turn wrote the state it computed from [0].
