@@ -330,3 +330,31 @@ def test_cli_serves_the_dashboard_behind_its_access_token(
         _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
     assert "dashboard:local" in stderr and "allow" in stderr
+
+
+@pytest.mark.parametrize("actor_id", ["alice/notes", "a b/%2F?#ü", "x/pause"])
+def test_an_actor_whose_id_holds_a_slash_opens_and_pauses(
+    rt: Runtime, served: str, open_as: Callable[[str | None], Watched], actor_id: str
+) -> None:
+    expect = playwright_api.expect
+    rt.ref(Safe, actor_id).store.send(item="kept")
+    rt.testing.drain()
+    page = open_as("ops:alice").page
+
+    # From the search form (the redirect) ...
+    page.goto(served + "/actors")
+    page.fill("input[name=type]", "Safe")
+    page.fill("input[name=id]", actor_id)
+    page.get_by_role("button", name="Search").click()
+    expect(page.locator("#state")).to_contain_text("kept")
+    # ... and from the list of the type's actors.
+    page.goto(served + "/actors?type=Safe")
+    page.get_by_role("link", name=actor_id, exact=True).click()
+    expect(page.locator("#state")).to_contain_text("kept")
+
+    page.get_by_role("button", name="Pause").click()
+    expect(page.get_by_role("button", name="Resume")).to_be_visible()
+    assert rt.admin.as_principal("ops:x").inspect_actor("Safe", actor_id).paused
+    page.get_by_role("button", name="Resume").click()
+    expect(page.get_by_role("button", name="Pause")).to_be_visible()
+    assert not rt.admin.as_principal("ops:x").inspect_actor("Safe", actor_id).paused

@@ -129,7 +129,7 @@ class _Dashboard:
     ) -> HTMLResponse:
         principal: str | None = getattr(request.state, "solid_principal", None)
         base = str(request.scope.get("root_path", "")).rstrip("/")
-        here = request.url.path[len(base) :] or "/"
+        here = _raw_path(request)[len(quote(base)) :] or "/"
         if request.url.query:
             here += "?" + request.url.query
         html = self.env.get_template(template).render(
@@ -427,6 +427,13 @@ def _quote(value: str) -> str:
     return quote(value, safe="")
 
 
+def _raw_path(request: Request) -> str:
+    """The path as the browser sent it, still quoted: ``request.url.path`` is decoded,
+    so an actor id holding ``%2F``, ``?`` or ``#`` would not survive a round trip."""
+    raw = request.scope.get("raw_path")
+    return raw.decode("latin-1") if raw else quote(request.url.path)
+
+
 def _next_url(request: Request, page: Any) -> str | None:
     if page is None or page.next_cursor is None:
         return None
@@ -467,9 +474,12 @@ def dashboard(
         Route("/", d.overview),
         Route("/activity", d.activity),
         Route("/actors", d.actors),
-        Route("/actors/{actor_type}/{actor_id}", d.actor),
+        # An actor id may hold "/" (``alice/notes``): the links quote it, the server
+        # decodes the path, and the id is the rest of it (``:path``). The pause route
+        # is POST only, so a GET of an id ending in "/pause" is the actor's page.
+        Route("/actors/{actor_type}/{actor_id:path}", d.actor, methods=["GET", "HEAD"]),
         Route(
-            "/actors/{actor_type}/{actor_id}/{change:str}",
+            "/actors/{actor_type}/{actor_id:path}/{change:str}",
             d.set_paused,
             methods=["POST"],
         ),
