@@ -245,6 +245,14 @@ class UnhandledEffect(SolidObjectsError):
     effect is dead without having run (the error its ``on_failure`` callback gets)."""
 
 
+class EffectTimedOut(SolidObjectsError, TimeoutError):
+    """An effect attempt ran past its handler's ``max_duration``
+    (``@runtime.effect(name, max_duration=...)``), or lost its claim: the attempt
+    failed and is retried like any failed attempt. ``ctx.heartbeat()`` raises it so a
+    handler that checks in stops early; one that does not is not interrupted, but its
+    outcome is no longer recorded."""
+
+
 class InvalidState(SolidObjectsError, ValueError):
     """After a turn the actor's public attributes do not match their annotations."""
 

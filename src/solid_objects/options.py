@@ -45,7 +45,9 @@ class Options:
     idle_timeout: float = 10.0
     #: Threads running effect handlers in this process.
     effect_workers: int = 4
-    #: Seconds an effect handler may run before another runner may take the effect over.
+    #: Longest silence of a running effect attempt: its process renews the claim every
+    #: third of this while the handler runs; unrenewed this long (the process died or
+    #: stalled), another runner takes the effect over. ``max_duration`` bounds a run.
     effect_timeout: float = 60.0
     #: Attempts of an effect handler before the effect is dead (and ``on_failure`` runs).
     effect_max_attempts: int = 10

@@ -105,6 +105,7 @@ class NamedHandlers:
         self._lock = threading.Lock()
         self._handlers: dict[str, Callable[..., Any]] = {}
         self._names: tuple[str, ...] = ()
+        self._limits: dict[str, float] = {}
 
     def register(self, name: str, handler: Callable[..., Any]) -> None:
         check_identifier(name, what=f"{self.kind} name")
@@ -116,6 +117,17 @@ class NamedHandlers:
                 raise ValueError(f"{self.kind} {name!r} already has a handler: {known!r}")
             self._handlers[name] = handler
             self._names = tuple(sorted(self._handlers))
+
+    def limit(self, name: str, seconds: float | None) -> None:
+        """The longest one attempt of ``name`` may run (None: no limit)."""
+        with self._lock:
+            if seconds is None:
+                self._limits.pop(name, None)
+            else:
+                self._limits[name] = seconds
+
+    def max_duration(self, name: str) -> float | None:
+        return self._limits.get(name)
 
     def get(self, name: str) -> Callable[..., Any]:
         handler = self._handlers.get(name)

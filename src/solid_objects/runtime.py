@@ -139,17 +139,29 @@ class Runtime:
         self.registry.register(cls)
         return cls
 
-    def effect(self, name: str) -> Callable[[H], H]:
+    def effect(self, name: str, *, max_duration: float | None = None) -> Callable[[H], H]:
         """Register an effect handler: ``@runtime.effect("send_email")``.
 
         The handler is called as ``handler(ctx, **arguments)`` (``def`` or
         ``async def``) after the turn that emitted the effect committed, at least
         once; ``ctx.id`` is the same on every attempt, so pass it to the receiver
-        as an idempotency key.
+        as an idempotency key. While it runs, this process renews its claim, so a
+        slow handler is never started twice; ``max_duration`` (seconds) fails an
+        attempt that runs longer with :class:`~solid_objects.errors.EffectTimedOut`.
         """
+        if max_duration is not None and (
+            isinstance(max_duration, bool)
+            or not isinstance(max_duration, int | float)
+            or not max_duration > 0
+        ):
+            raise ConfigurationError(
+                f"max_duration of effect {name!r} must be a positive number of seconds, "
+                f"not {max_duration!r}"
+            )
 
         def register(handler: H) -> H:
             self.effects.register(name, handler)
+            self.effects.limit(name, None if max_duration is None else float(max_duration))
             if self._pool.running:
                 self._pool.effects.start()
             return handler
@@ -434,9 +446,9 @@ class AsyncRuntime:
         """Refuse escaping writes through ``engine``; see :meth:`Runtime.guard`."""
         return self.sync.guard(engine)
 
-    def effect(self, name: str) -> Callable[[H], H]:
+    def effect(self, name: str, *, max_duration: float | None = None) -> Callable[[H], H]:
         """Register an effect handler (``def`` or ``async def``); see :meth:`Runtime.effect`."""
-        return self.sync.effect(name)
+        return self.sync.effect(name, max_duration=max_duration)
 
     def commit_action(self, name: str) -> Callable[[H], H]:
         """Register a commit action; see :meth:`Runtime.commit_action`.

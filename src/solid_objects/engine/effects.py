@@ -13,14 +13,21 @@ import inspect
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import faults
 from ..codec import canonical_json, encode_json
-from ..errors import IdempotencyConflict, Rejected, UnhandledEffect, error_document
+from ..errors import (
+    EffectTimedOut,
+    IdempotencyConflict,
+    Rejected,
+    UnhandledEffect,
+    error_document,
+)
 from ..observability.events import Instrumentation, LogEvents, effect_fields
 from ..options import Options
 from ..registry import NamedHandlers, Registry
@@ -48,6 +55,30 @@ class EffectContext:
     actor_type: str
     actor_id: str
     source_message_id: str
+    _beat: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+
+    def heartbeat(self) -> None:
+        """Report progress: renew this attempt's claim now.
+
+        The runtime renews it on its own while the handler runs in a live process;
+        call this from a long loop to learn early that the attempt is over. Raises
+        :class:`~solid_objects.errors.EffectTimedOut` once the attempt ran past its
+        ``max_duration`` or its claim was taken over (stop: the outcome would be
+        dropped). Does nothing outside a runner (a test calling the handler).
+        """
+        if self._beat is not None:
+            self._beat()
+
+
+@dataclass(slots=True)
+class _Running:
+    """An attempt whose handler runs in this process: its claim is renewed until it ends."""
+
+    effect: EffectRow
+    started: float
+    max_duration: float | None
+    #: Why the attempt is over while its handler still runs (its claim is not renewed).
+    over: str | None = None
 
 
 class EffectRunner:
@@ -74,6 +105,10 @@ class EffectRunner:
         self.held = 0
         self.on_idle_slot: Callable[[], None] = lambda: None
         self.instrument: Instrumentation = LogEvents(options)  # see observability
+        #: Attempts whose handlers run here, by effect id (see ``_renew``).
+        self._running: dict[str, _Running] = {}
+        self._wake = threading.Event()
+        self._renewer: threading.Thread | None = None
 
     def start(self) -> None:
         if self._executor is None and self.handlers.names():
@@ -81,13 +116,98 @@ class EffectRunner:
             self._executor = ThreadPoolExecutor(
                 self.options.effect_workers, thread_name_prefix="solid-effect"
             )
+            self._wake.clear()
+            self._renewer = threading.Thread(
+                target=self._renew_loop, name="solid-effect-heartbeat", daemon=True
+            )
+            self._renewer.start()
 
     def stop(self, timeout: float) -> None:
         self._stopped = True
         executor, self._executor = self._executor, None
         if executor is not None:
-            # Running handlers finish; their claims expire if they hang past shutdown.
+            # Running handlers finish (their claims renewed meanwhile); a handler that
+            # hangs past shutdown stops being renewed and is taken over after effect_timeout.
             executor.shutdown(wait=timeout > 0, cancel_futures=True)
+        renewer, self._renewer = self._renewer, None
+        self._wake.set()
+        if renewer is not None:
+            renewer.join(5)
+
+    # --- heartbeats: a running attempt's claim is renewed while its handler runs ------
+
+    def _renew_loop(self) -> None:
+        """Every third of ``effect_timeout``, renew the claims of this process's running
+        attempts, so a live process's slow handler is never started elsewhere; fail an
+        attempt past its ``max_duration``. A dead or stalled process renews nothing: its
+        claims expire after ``effect_timeout`` of silence and another process takes over."""
+        interval = max(0.02, self.options.effect_timeout / 3)
+        while not self._wake.wait(interval):
+            try:
+                self.renew()
+            except Exception:
+                log.exception(
+                    "renewing running effects' claims failed; retrying in %.2fs",
+                    interval,
+                    extra={"solid_action": "effect_heartbeat_failed"},
+                )
+
+    def renew(self) -> None:
+        """One round of heartbeats (the loop's body; callable from tests)."""
+        with self._lock:
+            running = [r for r in self._running.values() if r.over is None]
+        if not running:
+            return
+        now = time.monotonic()
+        overdue = [
+            r for r in running if r.max_duration is not None and now - r.started > r.max_duration
+        ]
+        for r in overdue:
+            r.over = (
+                f"effect {r.effect.name!r} ran past its max_duration of {r.max_duration:g}s"
+            )
+        live = [r for r in running if r.over is None]
+        timeout_ms = int(self.options.effect_timeout * 1000)
+
+        def body(tx: Tx) -> list[_Running]:
+            return [
+                r
+                for r in live
+                if not self.store.renew_effect_claim(
+                    tx, r.effect.id, self.owner, r.effect.attempts, timeout_ms
+                )
+            ]
+
+        lost = self.store.transact(body) if live else []
+        for r in lost:
+            r.over = f"the claim on effect {r.effect.id} was taken over or recorded"
+        for r in overdue:
+            exc = EffectTimedOut(r.over or "")
+            self._failed(r.effect, exc, permanent=False)
+
+    def _beat(self, effect_id: str) -> None:
+        """``ctx.heartbeat()``: renew now, or say that the attempt is over."""
+        with self._lock:
+            running = self._running.get(effect_id)
+        if running is None:
+            return
+        if running.over is None and running.max_duration is not None:
+            if time.monotonic() - running.started > running.max_duration:
+                self.renew()
+        if running.over is None:
+            ok = self.store.transact(
+                lambda tx: self.store.renew_effect_claim(
+                    tx,
+                    effect_id,
+                    self.owner,
+                    running.effect.attempts,
+                    int(self.options.effect_timeout * 1000),
+                )
+            )
+            if not ok:
+                running.over = f"the claim on effect {effect_id} was taken over or recorded"
+        if running.over is not None:
+            raise EffectTimedOut(running.over)
 
     def poll(self, *, inline: bool = False) -> int:
         """Claim due effects and run them (in this thread when ``inline``)."""
@@ -192,8 +312,12 @@ class EffectRunner:
             effect.actor_type,
             effect.actor_id,
             effect.source_message_id,
+            lambda: self._beat(effect.id),
         )
         arguments = json.loads(effect.arguments)
+        running = _Running(effect, time.monotonic(), self.handlers.max_duration(effect.name))
+        with self._lock:
+            self._running[effect.id] = running
         self.instrument.effect_started(effect)
         try:
             handler = self.handlers.get(effect.name)
@@ -206,7 +330,20 @@ class EffectRunner:
         except BaseException as exc:  # a handler must never take the runner down
             if isinstance(exc, KeyboardInterrupt | SystemExit):
                 raise
-            self._failed(effect, exc, permanent=isinstance(exc, Rejected))
+            if running.over is None:
+                self._failed(effect, exc, permanent=isinstance(exc, Rejected))
+            return
+        finally:
+            with self._lock:
+                self._running.pop(effect.id, None)
+        if running.over is not None:
+            log.warning(
+                "effect %s %s finished after its attempt was over (%s); outcome dropped",
+                effect.name,
+                effect.id,
+                running.over,
+                extra={"solid_action": "effect_claim_lost", **effect_fields(effect)},
+            )
             return
         faults.point("effect.handled")
         self._record(effect, "done", result=result, error=None)

@@ -275,6 +275,21 @@ class OutboxStatements:
             == 1
         )
 
+    def renew_effect_claim(
+        self, tx: Tx, effect_id: str, owner: str, attempts: int, timeout_ms: int
+    ) -> bool:
+        """Push a running effect's claim deadline to ``timeout_ms`` from now, fenced on
+        the claim (owner and attempt): False when it was taken over or recorded."""
+        return (
+            tx.run(
+                "UPDATE {effects} SET available_at = {now} + :timeout "
+                "WHERE id = :id AND claimed_by = :owner AND attempts = :attempts "
+                "AND status = 'running'",
+                {"timeout": timeout_ms, "id": effect_id, "owner": owner, "attempts": attempts},
+            )
+            == 1
+        )
+
     def finish_effect(
         self,
         tx: Tx,
