@@ -10,8 +10,9 @@ realtime endpoint mounted at ``/live``. ``?user=NAME`` picks who you are (a real
 application resolves the user from its session instead): ``#mine`` shows a
 personalized payload, your own clicks, computed for you alone. ``?counter=ID``
 follows another counter; ids starting with ``private-`` are refused to everyone,
-whether they exist or not. ``POST /reset`` destroys the counter (it comes back,
-as a new incarnation, at the next increment).
+whether they exist or not, on every path: the socket, ``GET /fragment``,
+``POST /increment`` and ``POST /reset`` ask the same policies (403). ``POST /reset``
+destroys the counter (it comes back, as a new incarnation, at the next increment).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ with requires_extra("web", "examples.live_counter"):
     from starlette.routing import Mount, Route
     from starlette.websockets import WebSocket
 
-from solid_objects import Actor, AuthorizationRequest, Runtime, payload
+from solid_objects import Actor, AuthorizationRequest, Runtime, Unauthorized, payload
 from solid_objects.web import realtime
 
 #: The package's vendored htmx (the dashboard's copy).
@@ -61,14 +62,26 @@ class LiveCounter(Actor):
         return {"user": context, "clicks": self.clicks.get(str(context), 0)}
 
 
+def public(request: AuthorizationRequest) -> bool:
+    """Never a ``private-`` counter (existing or not), whoever asks and however."""
+    return not request.actor_id.startswith("private-")
+
+
 def may_subscribe(request: AuthorizationRequest) -> bool:
-    """Named users, and never a ``private-`` counter (existing or not)."""
-    return isinstance(request.context, str) and not request.actor_id.startswith("private-")
+    """Named users, on public counters."""
+    return isinstance(request.context, str) and public(request)
 
 
 def may_query(request: AuthorizationRequest) -> bool:
-    """Queries and payloads, except ``mine`` for the anonymous guest."""
-    return request.operation != "mine" or request.context not in (None, "guest")
+    """Reads of public counters, except the ``mine`` payload for the anonymous guest."""
+    return public(request) and (
+        request.operation != "mine" or request.context not in (None, "guest")
+    )
+
+
+def may_change(request: AuthorizationRequest) -> bool:
+    """Increments and resets of public counters, by anyone (the demo has no login)."""
+    return public(request)
 
 
 PAGE = """<!doctype html>
@@ -134,6 +147,8 @@ def build(database: str, *, lease_duration: float = 30.0) -> Starlette:
         actors=[LiveCounter],
         authorize_subscription=may_subscribe,
         authorize_query=may_query,
+        authorize_message=may_change,
+        authorize_destroy=may_change,
     )
     runtime.install()
 
@@ -157,25 +172,37 @@ def build(database: str, *, lease_duration: float = 30.0) -> Starlette:
             )
         )
 
-    async def fragment(request: Request) -> HTMLResponse:
+    def counter_of(request: Request) -> Any:
+        """The counter the request names, every call authorized as its user."""
+        counter, user = target(request)
+        return runtime.ref(LiveCounter, counter).with_options(authorization=user), user
+
+    async def fragment(request: Request) -> Response:
         """What an htmx fragment refetches when the counter changed: committed state."""
-        counter, _ = target(request)
-        state = await _threaded(runtime.ref(LiveCounter, counter).snapshot)
+        ref, _ = counter_of(request)
+        try:
+            state = await _threaded(ref.snapshot)
+        except Unauthorized:
+            return HTMLResponse("refused", status_code=403)
         return HTMLResponse(f'<output id="fragment-value">{int(state["value"])}</output>')
 
     async def htmx_js(request: Request) -> FileResponse:
         return FileResponse(HTMX, media_type="text/javascript")
 
     async def increment(request: Request) -> JSONResponse:
-        counter, user = target(request)
-        ref = runtime.ref(LiveCounter, counter)
-        value = await _threaded(lambda: ref.increment(user=user))
+        ref, user = counter_of(request)
+        try:
+            value = await _threaded(lambda: ref.increment(user=user))
+        except Unauthorized:
+            return JSONResponse({"error": "refused"}, status_code=403)
         return JSONResponse({"value": value})
 
     async def reset(request: Request) -> Response:
-        counter, _ = target(request)
-        ref = runtime.ref(LiveCounter, counter)
-        await _threaded(ref.destroy)
+        ref, _ = counter_of(request)
+        try:
+            await _threaded(ref.destroy)
+        except Unauthorized:
+            return JSONResponse({"error": "refused"}, status_code=403)
         return Response(status_code=204)
 
     @asynccontextmanager

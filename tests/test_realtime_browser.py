@@ -186,7 +186,12 @@ def test_the_htmx_hook_refetches_a_fragment_on_change(open_page: Callable[..., A
 def test_forbidden_and_missing_counters_look_the_same(
     open_page: Callable[..., Any], server: Server
 ) -> None:
-    server.post("/increment?counter=private-existing&user=alice")
+    # The HTTP routes refuse private counters too: the application makes this one itself.
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        server.post("/increment?counter=private-existing&user=alice")
+    assert refused.value.code == 403
+    with Runtime(server.database, **FAST) as app:
+        assert app.ref(LiveCounter, "private-existing").increment(user="alice") == 1
     pages = [open_page("alice", "private-existing"), open_page("alice", "private-missing")]
     for page in pages:
         expect(page.locator("#status")).to_have_text("error: unauthorized", timeout=WAIT_MS)
