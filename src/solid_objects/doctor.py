@@ -36,6 +36,7 @@ from .authorization import (
 )
 from .engine.presence import SERVE_ADVICE, unhandled_effects, unserved
 from .redaction import redact_url
+from .store.processes import DRAINING
 from .store.schema import SCHEMA_VERSION, installed_version
 
 if TYPE_CHECKING:
@@ -249,7 +250,8 @@ def _workers(runtime: Runtime, checks: list[Check]) -> None:
     with store.read() as tx:
         now = store.now(tx)
         rows = store.list_processes(tx, include_stopped=False, after=None, limit=1000)
-    live = [r for r in rows if r.expires_at > now]
+    draining = [r for r in rows if r.expires_at > now and r.stop_reason == DRAINING]
+    live = [r for r in rows if r.expires_at > now and r.stop_reason != DRAINING]
     stale = [r for r in rows if r.expires_at <= now]
     served: set[str] = set()
     for r in live:
@@ -260,6 +262,10 @@ def _workers(runtime: Runtime, checks: list[Check]) -> None:
     missing = sorted(set(runtime.registry.types()) - served - {"SolidObjectsDoctorProbe"})
     hosts = sorted({r.host for r in live})
     detail = f"{len(live)} live worker processes on {len(hosts)} hosts"
+    if draining:
+        detail += f"; {len(draining)} draining (stopping): " + ", ".join(
+            f"{r.owner}@{r.host}" for r in draining[:5]
+        )
     if stale:
         detail += f"; {len(stale)} stale: " + ", ".join(f"{r.owner}@{r.host}" for r in stale[:5])
     if not live:

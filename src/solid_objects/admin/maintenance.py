@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, get_args, overload
 from ..codec import check_identifier
 from ..errors import InvalidArguments, NotFound, OperationRefused, UnknownActorType
 from ..store.control import ReminderChange as ChangeKind
+from ..store.processes import DRAINING
 from ..store.retention import PruneKind
 from ..store.store import new_id
 from .base import (
@@ -522,8 +523,10 @@ class Maintenance(AdminBase):
 def _process_info(row: ProcessRow, now: int) -> ProcessInfo:
     if row.stopped_at is not None:
         state = "stopped"
+    elif row.expires_at <= now:
+        state = "stale"
     else:
-        state = "live" if row.expires_at > now else "stale"
+        state = "draining" if row.stop_reason == DRAINING else "live"
     try:
         types = [str(t) for t in json.loads(row.actor_types)]
     except (ValueError, TypeError):

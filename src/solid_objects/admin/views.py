@@ -432,7 +432,8 @@ class ProcessInfo:
     pid: int
     version: str
     actor_types: list[str]
-    #: live | stale (no heartbeat before ``expires_at``) | stopped
+    #: live | draining (``stop()`` finishes its turns, takes no new work) | stale (no
+    #: heartbeat before ``expires_at``) | stopped
     state: str
     stop_reason: str | None
     #: Leases it holds now (live and stale processes).

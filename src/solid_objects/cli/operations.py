@@ -245,7 +245,9 @@ def processes_list(
                 p.owner,
                 p.host,
                 p.pid,
-                p.state if p.stop_reason is None else f"{p.state} ({p.stop_reason})",
+                p.state
+                if p.stop_reason is None or p.state == "draining"
+                else f"{p.state} ({p.stop_reason})",
                 when(p.heartbeat_at, page.now),
                 p.leases,
                 short(",".join(p.actor_types), 40),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import threading
@@ -13,6 +14,9 @@ import click
 from ..errors import SchemaNotInstalled, SolidObjectsError
 from ..runtime import Runtime
 from .common import EXIT_FAILED, load_runtime, target_argument
+
+#: The stop's INFO lines (``engine/worker.py``) and the exit line, shown at INFO.
+shutdown_log = logging.getLogger("solid_objects.shutdown")
 
 
 @click.command()
@@ -73,6 +77,9 @@ def _run_worker(
     health_host: str,
     stop_early: threading.Event,
 ) -> None:
+    if shutdown_log.getEffectiveLevel() > logging.INFO:
+        # A deployment sees its worker stop step by step without asking for INFO.
+        shutdown_log.setLevel(logging.INFO)
     runtime = load_runtime(target)
     if workers is not None:
         if workers < 1:
@@ -123,6 +130,7 @@ def _run_worker(
         sys.exit(EXIT_FAILED)
     finally:
         runtime.close()
+    shutdown_log.info("worker %s exits", runtime.owner, extra={"solid_action": "worker_exit"})
 
 
 def _with_workers(runtime: Runtime, workers: int) -> Runtime:
@@ -135,7 +143,9 @@ def _with_workers(runtime: Runtime, workers: int) -> Runtime:
     for actor_type in runtime.registry.types():
         fresh.register(runtime.registry.get(actor_type).cls)
     for name in runtime.effects.names():
-        fresh.effect(name)(runtime.effects.get(name))
+        fresh.effect(name, max_duration=runtime.effects.max_duration(name))(
+            runtime.effects.get(name)
+        )
     for name in runtime.commit_actions.names():
         fresh.commit_action(name)(runtime.commit_actions.get(name))
     fresh.admin.set_policy(runtime.admin.policy)

@@ -142,5 +142,8 @@ class Presence:
                 extra={"solid_action": "process_recovered", "solid_process": owner},
             )
 
+    def draining(self, tx: Tx) -> None:
+        self.store.mark_draining(tx, self.owner)
+
     def stopped(self, tx: Tx) -> None:
         self.store.mark_stopped(tx, self.owner, "drained")

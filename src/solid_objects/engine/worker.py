@@ -37,6 +37,8 @@ from .turn import Limits, TurnOutcome, execute, failure
 from .waiters import Outcome, Waiters
 
 log = logging.getLogger("solid_objects.worker")
+#: A process's stop, step by step (``solid-objects worker`` shows it at INFO by default).
+shutdown_log = logging.getLogger("solid_objects.shutdown")
 
 #: Activations a worker thread runs side by side, committing a turn of each at once.
 _TURN_BATCH = 32
@@ -130,11 +132,25 @@ class WorkerPool(DirectTurns, CommitsApart):
             if self._activations:  # leases taken by testing.drain() and never released
                 self.release_all()
             return
+        began = time.monotonic()
         self._stopping.set()
+        try:
+            self.store.transact(self.presence.draining)  # the registry says so meanwhile
+        except DB_ERRORS:
+            log.exception("could not mark this process draining in the registry")
+        with self._cond:
+            running = sum(1 for a in self._activations.values() if a.status == "running")
+        shutdown_log.info(
+            "draining %s: finishing %d in-flight turn(s), taking no new work (up to %.0fs)",
+            self.owner,
+            running,
+            timeout,
+            extra={"solid_action": "draining", "solid_process": self.owner},
+        )
         self.poller.wake()
         with self._cond:
             self._cond.notify_all()
-        deadline = time.monotonic() + timeout
+        deadline = began + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
         stuck = [t.name for t in self._threads if t.is_alive()]
@@ -145,18 +161,33 @@ class WorkerPool(DirectTurns, CommitsApart):
                 timeout,
                 stuck,
             )
+        else:
+            shutdown_log.info(
+                "turns finished in %.2fs",
+                time.monotonic() - began,
+                extra={"solid_action": "turns_finished", "solid_process": self.owner},
+            )
         self.effects.stop(max(0.0, deadline - time.monotonic()))
         self._threads.clear()
         self.running = False
-        self.release_all()
+        released = self.release_all()
+        if released is not None:
+            shutdown_log.info(
+                "leases released: %d; %s is stopped in the registry",
+                released,
+                self.owner,
+                extra={"solid_action": "leases_released", "solid_process": self.owner},
+            )
         self.instrument.process_event("stopped", self.owner)
 
-    def _release_and_sign_off(self, tx: Tx) -> None:
-        self.store.release_all(tx, self.owner)
+    def _release_and_sign_off(self, tx: Tx) -> int:
+        released = self.store.release_all(tx, self.owner)
         self.presence.stopped(tx)
+        return released
 
-    def release_all(self) -> None:
-        """Give back every lease of this process, cached or orphaned."""
+    def release_all(self) -> int | None:
+        """Give back every lease of this process, cached or orphaned: how many (None
+        when the database could not be reached; they expire on their own)."""
         faults.point("shutdown.release")
         with self._cond:
             # Queued ones too: a signal during their last turn requeued them, and no
@@ -171,11 +202,12 @@ class WorkerPool(DirectTurns, CommitsApart):
             self._identities.clear()
             self._queue.clear()
         try:
-            self.store.transact(self._release_and_sign_off)
+            return self.store.transact(self._release_and_sign_off)
         except DB_ERRORS:
             log.exception(
                 "could not release leases; they expire in %.1fs", self.options.lease_duration
             )
+            return None
 
     # --- activation table -------------------------------------------------------------
 

@@ -29,6 +29,10 @@ _COLS = (
 )
 
 
+#: ``stop_reason`` of a process that is not stopped yet: ``stop()`` is draining it.
+DRAINING = "draining"
+
+
 @dataclass(slots=True)
 class ProcessRow:
     owner: str
@@ -118,9 +122,25 @@ class ProcessStatements:
             tx.run(
                 self._proc(
                     "UPDATE {processes} SET heartbeat_at = {now}, expires_at = {now} + :ttl, "
-                    "stopped_at = NULL, stop_reason = NULL WHERE owner = :owner"
+                    # a draining process stays draining; a recovered one is live again
+                    "stop_reason = CASE WHEN stopped_at IS NULL THEN stop_reason END, "
+                    "stopped_at = NULL WHERE owner = :owner"
                 ),
                 {"owner": owner, "ttl": ttl_ms},
+            )
+            == 1
+        )
+
+    def mark_draining(self, tx: Tx, owner: str) -> bool:
+        """The process is stopping: it takes no new work and finishes its turns
+        (``stop_reason = 'draining'`` on a row not stopped; heartbeats keep it)."""
+        return (
+            tx.run(
+                self._proc(
+                    "UPDATE {processes} SET stop_reason = :reason "
+                    "WHERE owner = :owner AND stopped_at IS NULL"
+                ),
+                {"owner": owner, "reason": DRAINING},
             )
             == 1
         )
