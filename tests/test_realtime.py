@@ -398,3 +398,36 @@ def test_an_operator_destroy_reaches_subscribers(rt: Runtime) -> None:
     assert destroyed["type"] == "destroyed"
     assert destroyed["incarnation"] == snapshot["incarnation"]
     assert destroyed["revision"] > snapshot["revision"]
+
+
+def test_a_frame_nested_too_deep_is_answered_and_the_connection_stays(rt: Runtime) -> None:
+    with TestClient(app_of(rt)) as client, connect(client) as ws:
+        ws.receive_json()
+        ws.send_text("[" * 8000 + "]" * 8000)
+        assert ws.receive_json()["code"] == "malformed"
+        subscribe(ws, "s", "ok")
+        assert ws.receive_json()["type"] == "snapshot"
+
+
+def test_with_allowed_origins_only_those_pass_a_rebinding_page_does_not(
+    rt: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    rebinding = {
+        "x-user": "alice",
+        "origin": "http://evil.example:8000",
+        "host": "evil.example:8000",
+    }
+    # Without the list a page naming the Host it reached passes: what DNS rebinding does.
+    with caplog.at_level("WARNING", logger="solid_objects.realtime"):
+        open_app = app_of(rt)
+    assert "allowed_origins is not set" in caplog.text
+    with TestClient(open_app) as client, client.websocket_connect("/ws", headers=rebinding) as ws:
+        assert ws.receive_json()["type"] == "welcome"
+    strict = app_of(rt, allowed_origins=["https://shop.example"])
+    with TestClient(strict) as client:
+        with pytest.raises(WebSocketDisconnect):
+            with client.websocket_connect("/ws", headers=rebinding) as ws:
+                ws.receive_json()
+        allowed = {"x-user": "alice", "origin": "https://shop.example"}
+        with client.websocket_connect("/ws", headers=allowed) as ws:
+            assert ws.receive_json()["type"] == "welcome"

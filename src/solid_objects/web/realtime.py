@@ -464,7 +464,7 @@ class Session:
     async def handle(self, text: str) -> None:
         try:
             request = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deep to parse
             raise ProtocolError("malformed", "a frame must be a JSON object") from None
         if not isinstance(request, dict):
             raise ProtocolError("malformed", "a frame must be a JSON object")
@@ -587,12 +587,17 @@ class _Realtime:
 
     def origin_allowed(self, websocket: WebSocket) -> bool:
         """Cross-site WebSocket hijacking: a browser sends its cookies to any origin's
-        socket, so a page of another site is refused unless allowed."""
+        socket, so a page of another site is refused unless allowed.
+
+        With ``allowed_origins`` only those origins pass. Without it, a page passes
+        when its ``Origin`` names the ``Host`` it connected to: right in development,
+        but a DNS-rebinding page (its own name pointed at this server) passes too.
+        """
         origin = websocket.headers.get("origin")
         if origin is None:  # not a browser
             return True
-        if self.allowed_origins is not None and origin in self.allowed_origins:
-            return True
+        if self.allowed_origins is not None:
+            return origin in self.allowed_origins
         host = websocket.headers.get("host", "")
         return urlsplit(origin).netloc == host
 
@@ -635,13 +640,21 @@ def realtime(
     payloads, ``authorize_query`` judge each subscription with it. ``poll_interval``
     is how often the committed heads of subscribed actors are compared (the
     fallback behind the wake-up hints); ``queue_size`` frames may wait for a slow
-    client before it is closed with ``CLOSE_TOO_SLOW``. A browser page of another
-    origin is refused unless named in ``allowed_origins``.
+    client before it is closed with ``CLOSE_TOO_SLOW``. A browser page whose origin
+    is not in ``allowed_origins`` is refused before the handshake; without the list a
+    page of the same host passes, which a DNS-rebinding page also does, so set it in
+    production (a warning is logged when it is not set).
     """
     if not callable(context):
         raise TypeError("context is a callable context(websocket) -> authorization context")
     if poll_interval <= 0 or queue_size < 1 or max_subscriptions < 1:
         raise ValueError("poll_interval, queue_size and max_subscriptions must be positive")
+    if allowed_origins is None:
+        log.warning(
+            "realtime(): allowed_origins is not set, so a page is accepted when its Origin "
+            "names the Host it connected to, which a DNS-rebinding page also passes; in "
+            "production pass allowed_origins=['https://your.site']"
+        )
     app = _Realtime(
         runtime,
         context,
