@@ -98,6 +98,19 @@ def test_a_retrying_message_shows_the_traceback_of_its_last_attempt(
         retrying.close()
 
 
+def test_a_retry_that_succeeds_clears_the_traceback_of_the_failed_attempt(rt: Runtime) -> None:
+    ops = rt.admin.as_principal("ops:alice")
+    failing_app.FLAKY.clear()  # another backend's run of this test in the same process
+    sent = rt.ref(Acct, "f").flaky.send(failures=1)
+    rt.testing.drain()
+    (failing,) = ops.inspect_actor("Acct", "f").queued
+    assert failing.traceback is not None and WHERE in failing.traceback
+    settle(rt)
+    assert sent.wait(timeout=5) == 2
+    (done,) = ops.actor_messages("Acct", "f").items
+    assert done.status == "completed" and done.traceback is None
+
+
 def test_an_effect_attempt_keeps_its_traceback(rt: Runtime) -> None:
     rt.ref(Acct, "e").send_mail.send(to="nobody")
     settle(rt)

@@ -14,6 +14,9 @@ from typing import Any
 from solid_objects import Actor, EffectContext, Runtime
 from solid_objects.admin import allow
 
+#: Attempts of ``Acct.flaky`` so far, by actor id.
+FLAKY: dict[str, int] = {}
+
 #: In a URL the failing code holds: the stored traceback must not show the password.
 DSN = "postgresql://ledger:hunter2-secret@db.internal/ledger"
 
@@ -35,6 +38,13 @@ class Acct(Actor):
 
     def leak(self, password: str) -> None:
         raise ValueError(f"cannot open {DSN} with password={password}")
+
+    def flaky(self, failures: int) -> int:
+        """Fails ``failures`` times (counted in this process), then succeeds."""
+        FLAKY[self.actor_id] = FLAKY.get(self.actor_id, 0) + 1
+        if FLAKY[self.actor_id] <= failures:
+            balance_of("missing", DSN)
+        return FLAKY[self.actor_id]
 
     def send_mail(self, to: str) -> None:
         self.emit("mail", to=to)
