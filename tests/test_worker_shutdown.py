@@ -5,14 +5,17 @@ released, then the process is stopped; its log says each step at INFO."""
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from starlette.testclient import TestClient
 
 from solid_objects.admin import allow
 from solid_objects.doctor import examine
+from solid_objects.web import dashboard
 from tests.apps.procapp import AppendLog
 
 from .test_processes import STEP, Cluster, wait_until
@@ -48,6 +51,10 @@ def test_sigterm_during_a_long_turn_shows_draining_then_stopped_and_logs_each_st
         return [p.state for p in ops.list_processes().items] == ["draining"]
 
     wait_until(draining, STEP, "the registry to say draining")
+    with TestClient(dashboard(rt, principal=lambda request: "ops:alice")) as page:
+        shown = page.get("/processes")
+    assert shown.status_code == 200
+    assert re.search(r"<td[^>]*>draining</td>", shown.text), shown.text
     workers_check = next(c for c in examine(rt).checks if c.name == "workers")
     assert "1 draining" in workers_check.detail, workers_check.detail
     assert worker.alive()  # still finishing its turn
