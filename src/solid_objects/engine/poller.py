@@ -47,6 +47,9 @@ class Poller:
         self.last_maintained = time.monotonic()
         #: When :meth:`maintain` next looks for effects nobody handles.
         self._next_unhandled_check = 0.0
+        #: A promotion passed over an actor row another transaction held
+        #: (:meth:`promote_later`): the loop promotes again on its next round.
+        self._promote_pending = False
 
     def start(self) -> threading.Thread:
         self.last_maintained = time.monotonic()
@@ -59,6 +62,13 @@ class Poller:
         return self._thread is not None and self._thread.is_alive()
 
     def wake(self) -> None:
+        self._wake.set()
+
+    def promote_later(self) -> None:
+        """Due messages were left for a later promotion (their actor's row was held):
+        promote on the next round, whatever else the round finds, and again on the
+        rounds after (backing off to ``poll_interval``) while the row stays held."""
+        self._promote_pending = True
         self._wake.set()
 
     # --- one round --------------------------------------------------------------------
@@ -144,11 +154,18 @@ class Poller:
         return self.promote_due(now_ms) + self.fire_reminders(now_ms)
 
     def promote_due(self, now_ms: int | None = None) -> int:
+        self._promote_pending = False
         with self.store.read() as tx:
             due = self.store.due_scheduled(tx, now=now_ms)
         if not due:
             return 0
-        return self.store.transact(lambda tx: self.store.promote(tx, due, now=now_ms))
+        skipped: list[int] = []
+        moved = self.store.transact(
+            lambda tx: self.store.promote(tx, due, now=now_ms, skipped=skipped)
+        )
+        if skipped:
+            self._promote_pending = True
+        return moved
 
     def fire_reminders(self, now_ms: int | None = None) -> int:
         types = self.pool.registry.types()
@@ -266,6 +283,8 @@ class Poller:
             try:
                 capacity = max(0, 2 * self.options.workers - pool.queued())
                 found = self.poll_once(capacity=capacity)
+                if self._promote_pending:
+                    found += self.promote_due()
                 if time.monotonic() >= next_maintenance:
                     found += self.maintain()
                     next_maintenance = time.monotonic() + renew_every

@@ -311,10 +311,13 @@ class WorkerPool(DirectTurns, CommitsApart):
         """Promote messages sent as ``scheduled`` and due now into their mailboxes."""
         if not due:
             return
+        skipped: list[int] = []
         try:
-            self.store.transact(lambda tx: self.store.promote(tx, due))
+            self.store.transact(lambda tx: self.store.promote(tx, due, skipped=skipped))
         except DB_ERRORS:
             log.exception("could not deliver %d messages now; the poller will", len(due))
+        if skipped:  # a row held by another transaction: this worker does not wait for it
+            self.poller.promote_later()
         faults.point("promote.committed")
         for _, pk in due:
             if not self.signal(pk):

@@ -8,19 +8,35 @@ framework's connection (``solid_objects.contrib.django``); see
 :mod:`solid_objects.engine.external`. The enqueue never claims the actor (a lease
 taken in somebody else's transaction would be held until they commit); workers find
 the message once it is committed.
+
+On PostgreSQL and MySQL/MariaDB a new actor's row is first made apart, in a short
+transaction of the library's own (:func:`create_apart`), so the application's
+transaction only locks an existing row, by its unique key: no gap lock (MariaDB's
+default REPEATABLE READ locks the gap a locking read of a missing row falls in,
+holding every insert of another new actor there until the application commits), and
+no uncommitted insert that another actor's ``send_to`` would wait for.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ForeignDatabase
+from .. import deadline
+from ..errors import DatabaseError, ForeignDatabase
 from .dialect import Tx
 
 if TYPE_CHECKING:
     from .store import Enqueued, Store
 
 _FAMILIES = {"mariadb": "mysql", "cockroachdb": "postgresql"}
+
+log = logging.getLogger("solid_objects.store")
+
+#: Seconds :func:`create_apart` may wait for a lock before leaving the row to the
+#: application's transaction.
+APART_LOCK_WAIT = 1.0
 
 
 def _family(name: str) -> str:
@@ -74,6 +90,7 @@ def enqueue_on(
             )
         if lock_error is not None:
             raise lock_error
+        actor_pk = create_apart(store, actor_type, actor_id)
         savepoint = tx.savepoint()
         try:
             enqueued = store.enqueue(
@@ -89,6 +106,7 @@ def enqueue_on(
                 lease_ms=0,
                 traceparent=traceparent,
                 max_length=max_length,
+                actor_pk=actor_pk,
             )
         except BaseException:
             savepoint.rollback()
@@ -97,6 +115,43 @@ def enqueue_on(
         return enqueued
     finally:
         cursor.close()
+
+
+def create_apart(store: Store, actor_type: str, actor_id: str) -> int | None:
+    """Make the actor's row, if missing, in a short transaction of the library's own;
+    its pk, which the application's transaction locks it by (None: it makes the row).
+
+    Only on the servers (SQLite has one writer: the application's transaction may hold
+    it). The row may outlive a rolled-back application transaction, as an empty actor
+    (no state, no message), which is what a cancelled delayed call leaves too; expiry
+    (``state_ttl``) removes it. The wait for a lock is bounded (``APART_LOCK_WAIT``):
+    when the application's own transaction holds what the insert needs, the enqueue
+    inserts the row in that transaction instead.
+    """
+    if store.dialect.family not in ("postgresql", "mysql"):
+        return None
+    with store.read() as tx:
+        pk = store.actor_pk(tx, actor_type, actor_id)
+    if pk is not None:
+        return pk
+
+    def insert(tx: Tx) -> int | None:
+        store.insert_actor(tx, actor_type, actor_id)
+        return store.actor_pk(tx, actor_type, actor_id)
+
+    limit = time.monotonic() + APART_LOCK_WAIT
+    current = deadline.current()
+    try:
+        with deadline.bounded(limit if current is None else min(limit, current)):
+            return store.transact(insert)
+    except DatabaseError as exc:
+        log.debug(
+            "the row of %s %r is made in the application's transaction: %r",
+            actor_type,
+            actor_id,
+            exc,
+        )
+        return None
 
 
 def identity(store: Store) -> str:

@@ -102,6 +102,9 @@ class Dialect:
     #: Appended to a SELECT that must lock the rows it reads until commit.
     for_update = " FOR UPDATE"
     supports_skip_locked = False
+    #: Run first in an expiry transaction (MySQL/MariaDB): the scan of each candidate's
+    #: pending messages then locks the gap a concurrent ``send_to`` inserts into.
+    expiry_isolation_sql: str | None = None
 
     #: How a ``:name`` placeholder is written for the driver.
     named_style = "pyformat"
@@ -673,6 +676,7 @@ class MySQLDialect(Dialect):
     # SYSDATE(6) is the time the function runs; NOW(6) is the statement's start.
     now_ms = "CAST(FLOOR(UNIX_TIMESTAMP(SYSDATE(6)) * 1000) AS SIGNED)"
     supports_skip_locked = True
+    expiry_isolation_sql = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
     scope_sql = "SELECT CONCAT(@@hostname, ':', @@port, '/', DATABASE())"
     settings_sql = (
         ("version", "SELECT VERSION()"),

@@ -10,7 +10,14 @@ dead letter: deleting it then loses nothing but its state, which is what
 ``state_ttl`` asks for. Expiry locks each candidate row and checks the rule again
 in the deleting transaction, so a message enqueued meanwhile (it locks the same
 row) either lands before the check, and the actor stays, or after the delete, and
-starts a new incarnation.
+starts a new incarnation. A ``send_to`` (``enqueue_later``) locks no actor row; on
+MySQL/MariaDB it meets the expiry another way: the expiry reads each candidate's
+unentered messages with a locking read at REPEATABLE READ, which waits for a send's
+uncommitted insert or makes the insert wait for the delete, after which the send
+reads the row again (``MailboxStatements._follow_incarnation``). On PostgreSQL that
+race is still open (docs/design-decisions.md). Candidates whose row another
+transaction holds are passed over (``SKIP LOCKED``), so an expiry never waits for a
+transaction that could be waiting for it.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from typing import Any
 
 from . import schema
 from .admin_rows import ACTOR_COLS, ActorRow, read_actor
-from .dialect import Tx
+from .dialect import Dialect, Tx
 
 #: Nothing waits for the actor ``a``, and it was not touched since ``:cutoff``.
 QUIET = (
@@ -45,6 +52,7 @@ class IdleStatements:
     """Mixin: reads and deletes over ``{actors}`` with the rules above."""
 
     prefix: str
+    dialect: Dialect
 
     def _idle(self, template: str) -> str:
         return template.replace("{resolutions}", f"{self.prefix}resolutions")
@@ -120,17 +128,37 @@ class IdleStatements:
     def expire(self, tx: Tx, cutoff: int, pks: Sequence[int]) -> list[tuple[str, str]]:
         """Delete the candidates that still qualify; (type, id) of each one deleted.
 
-        The rows are locked first (in pk order), then the rule is read again: what a
-        concurrent enqueue committed before the lock was granted is seen.
+        The rows are locked first (in pk order; rows another transaction holds are
+        passed over), then, on MySQL/MariaDB, each one's unentered messages, then the
+        rule is read again: what a concurrent enqueue or ``send_to`` committed before
+        the locks were granted is seen (see the module's docstring). On MySQL/MariaDB
+        this must be the transaction's first statement (it sets its isolation).
         """
         if not pks:
             return []
+        dialect = self.dialect
+        if dialect.expiry_isolation_sql is not None:
+            tx.run(dialect.expiry_isolation_sql)
+        lock = " FOR UPDATE SKIP LOCKED" if dialect.supports_skip_locked else "{for_update}"
         placeholders = ", ".join(f":p{n}" for n in range(len(pks)))
         params: dict[str, Any] = {f"p{n}": pk for n, pk in enumerate(pks)}
-        tx.rows(
-            f"SELECT pk FROM {{actors}} WHERE pk IN ({placeholders}) ORDER BY pk{{for_update}}",
-            params,
-        )
+        locked = [
+            int(r[0])
+            for r in tx.rows(
+                f"SELECT pk FROM {{actors}} WHERE pk IN ({placeholders}) ORDER BY pk{lock}",
+                params,
+            )
+        ]
+        if not locked:
+            return []
+        if dialect.expiry_isolation_sql is not None:
+            for pk in locked:  # next-key locks over (pk, NULL): see the module's docstring
+                tx.rows(
+                    "SELECT id FROM {messages} WHERE actor_pk = :pk AND seq IS NULL FOR UPDATE",
+                    {"pk": pk},
+                )
+        placeholders = ", ".join(f":p{n}" for n in range(len(locked)))
+        params = {f"p{n}": pk for n, pk in enumerate(locked)}
         still = tx.rows(
             self._idle(
                 f"SELECT a.pk, a.actor_type, a.actor_id FROM {{actors}} a "

@@ -4,8 +4,8 @@
 A message enters an actor's ordered mailbox with the next sequence number
 taken under the actor row's lock (or in one ``UPDATE ... RETURNING``), so
 sequence numbers have no gaps and no duplicates; a delayed or cross-actor
-message waits as ``scheduled`` until :meth:`~MailboxStatements.promote`
-enters it, in the mailbox's order rule, without overtaking its sender's earlier ones.
+message waits as ``scheduled`` until ``promote`` (:mod:`.promotion`) enters it, in
+the mailbox's order rule, without overtaking its sender's earlier ones.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def _enqueue_statement(*, claim: bool, limited: bool, notify: bool) -> str:
     return (
         "WITH l AS (SELECT pk, next_seq, done_seq, lease_owner, lease_expires_at, paused, "
         "ready_at, lease_generation, {now} AS at_ms FROM {actors} "
-        "WHERE actor_type = :t AND actor_id = :i FOR UPDATE), "
+        "WHERE actor_type = :t AND actor_id = :i{for_update}), "
         f"c AS (SELECT l.*, {take} AS take FROM l), "
         "u AS (UPDATE {actors} a SET next_seq = a.next_seq + 1, "
         "ready_at = CASE WHEN c.take THEN c.at_ms ELSE COALESCE(a.ready_at, c.at_ms) END"
@@ -140,13 +140,21 @@ class MailboxStatements:
     def channel(self) -> str:
         raise NotImplementedError  # the store's
 
-    def _lock_actor(self, tx: Tx, actor_type: str, actor_id: str) -> Any:
+    def _lock_actor(self, tx: Tx, actor_type: str, actor_id: str, pk: int | None = None) -> Any:
+        """Lock the actor's row (inserted if missing); by primary key when ``pk`` is
+        known: InnoDB at REPEATABLE READ (an application's transaction) locks the gap
+        before the row too when it finds it through the identity index."""
         select = (
             "SELECT pk, next_seq, done_seq, lease_owner, lease_expires_at, paused, ready_at, "
             "lease_generation, {now} FROM {actors} "
-            "WHERE actor_type = :t AND actor_id = :i{for_update}"
+            "WHERE actor_type = :t AND actor_id = :i"
         )
-        params = {"t": actor_type, "i": actor_id}
+        params: dict[str, Any] = {"t": actor_type, "i": actor_id}
+        if pk is not None:
+            row = tx.row(select + " AND pk = :pk{for_update}", {**params, "pk": pk})
+            if row is not None:
+                return row
+        select += "{for_update}"
         row = tx.row(select, params)
         if row is None:
             tx.run(self._insert_actor(), params)
@@ -224,19 +232,22 @@ class MailboxStatements:
         """Insert a message that enters its mailbox when :meth:`promote` moves it there.
 
         Used inside another actor's commit (``send_to``) and when a reminder fires:
-        it takes no lock on the target actor's row, because taking one there could
-        deadlock with the target's own commit, which holds that row and may be
-        sending back. ``promote`` then runs as its own short transaction.
-        ``send_order`` places it among messages due at the same time (see
-        :meth:`promote`); by default, this process's next send.
+        it takes no lock that a writer of the target actor's row waits for, or waits
+        for one: taking one could deadlock with the target's own commit, which holds
+        that row and may be sending back, and would hold this commit for as long as
+        an application transaction that enqueued to the target stays open.
+        ``promote`` then runs as its own short transaction. ``send_order`` places it
+        among messages due at the same time (see :meth:`promote`); by default, this
+        process's next send.
+
+        An expiry (``IdleStatements.expire``) must not delete the row under the send:
+        on MySQL/MariaDB the expiry's scan of the actor's pending messages waits for
+        this uncommitted insert, or this insert waits for the expiry to commit and the
+        row is read again after it (:meth:`_follow_incarnation`). Not yet on
+        PostgreSQL (docs/design-decisions.md, "Lock waits around application
+        transactions and expiry").
         """
-        select = "SELECT pk, {now} FROM {actors} WHERE actor_type = :t AND actor_id = :i"
-        params = {"t": actor_type, "i": actor_id}
-        row = tx.row(select, params)
-        if row is None:
-            tx.run(self._insert_actor(), params)
-            row = tx.row(select, params)
-        pk, now = int(row[0]), int(row[1])
+        pk, now = self._target_row(tx, actor_type, actor_id)
         existing = self._keyed_message(tx, pk, idempotency_key)
         if existing is not None:
             return existing
@@ -254,7 +265,44 @@ class MailboxStatements:
         )
         order = next(_process_sends) if send_order is None else send_order
         self._insert_message(tx, message, now, order)
+        if self.dialect.expiry_isolation_sql is not None:
+            self._follow_incarnation(tx, message)
         return message
+
+    def _target_row(self, tx: Tx, actor_type: str, actor_id: str) -> tuple[int, int]:
+        """``(pk, now)`` of the target's row, inserted if missing (see :meth:`enqueue_later`)."""
+        select = "SELECT pk, {now} FROM {actors} WHERE actor_type = :t AND actor_id = :i"
+        params = {"t": actor_type, "i": actor_id}
+        row = tx.row(select, params)
+        if row is None:
+            tx.run(self._insert_actor(), params)
+            row = tx.row(select, params)
+        return int(row[0]), int(row[1])
+
+    def _follow_incarnation(self, tx: Tx, message: MessageRow) -> None:
+        """After the insert of a ``send_to``'s message (MySQL/MariaDB): if an expiry
+        deleted the target's row since it was read (the insert then waited for that
+        expiry to commit), the message goes to the incarnation there is now, made if
+        none: it was sent after the delete."""
+        pk, _ = self._target_row(tx, message.actor_type, message.actor_id)
+        if pk != message.actor_pk:
+            tx.run(
+                "UPDATE {messages} SET actor_pk = :pk WHERE id = :id", {"pk": pk, "id": message.id}
+            )
+            message.actor_pk = pk
+
+    def insert_actor(self, tx: Tx, actor_type: str, actor_id: str) -> None:
+        """Insert the actor's row unless it exists (an application-transaction enqueue
+        makes it apart first: ``store.application``)."""
+        tx.run(self._insert_actor(), {"t": actor_type, "i": actor_id})
+
+    def actor_pk(self, tx: Tx, actor_type: str, actor_id: str) -> int | None:
+        """The current incarnation of the actor, if it has a row (no lock)."""
+        pk = tx.scalar(
+            "SELECT pk FROM {actors} WHERE actor_type = :t AND actor_id = :i",
+            {"t": actor_type, "i": actor_id},
+        )
+        return None if pk is None else int(pk)
 
     def _keyed_message(self, tx: Tx, pk: int, key: str | None) -> MessageRow | None:
         """The message already sent to actor ``pk`` with idempotency key ``key``, if any."""
@@ -296,8 +344,12 @@ class MailboxStatements:
         traceparent: str | None = None,
         max_length: int | None = None,
         sender: str | None = None,
+        actor_pk: int | None = None,
     ) -> Enqueued:
         """Append a message to an actor's mailbox (creating the actor row if needed).
+
+        ``actor_pk``: the actor's row as the caller found it, locked by primary key
+        (see :meth:`_lock_actor`; an application transaction's enqueue).
 
         A delayed message is stored as ``scheduled`` with no sequence number: it
         enters the ordered mailbox only when :meth:`promote` finds it due, so it
@@ -334,7 +386,7 @@ class MailboxStatements:
                 done = self._enqueue_in_one(tx, **fields)
             if isinstance(done, Enqueued):
                 return done
-        row = self._lock_actor(tx, actor_type, actor_id)
+        row = self._lock_actor(tx, actor_type, actor_id, actor_pk)
         pk, next_seq, done_seq, owner, expires, paused, ready_at, generation, now = row
         pk, now = int(pk), int(now)
         existing = self._keyed_message(tx, pk, idempotency_key)
@@ -538,91 +590,6 @@ class MailboxStatements:
             },
         )
         m.created_at = now
-
-    def due_scheduled(
-        self, tx: Tx, *, now: int | None = None, limit: int = 100
-    ) -> list[tuple[str, int]]:
-        """Delayed messages whose time has come (``now`` overrides the database clock).
-
-        Which actors have due messages, soonest first: :meth:`promote` then enters
-        each actor's due messages in their own order.
-        """
-        rows = tx.rows(
-            "SELECT id, actor_pk FROM {messages} WHERE status = 'scheduled' "
-            "AND available_at <= COALESCE(:now, {now}) ORDER BY available_at LIMIT :limit",
-            {"now": now, "limit": limit},
-        )
-        return [(r[0], int(r[1])) for r in rows]
-
-    #: Due messages one :meth:`promote` enters into one actor's mailbox at most.
-    PROMOTE_LIMIT = 500
-
-    def promote(self, tx: Tx, due: list[tuple[str, int]], *, now: int | None = None) -> int:
-        """Move the due scheduled messages of the actors in ``due`` into their mailboxes.
-
-        ``due`` names messages known to be due; each one's actor has *all* its due
-        messages entered, in the order rule of the mailbox: by ``available_at``, then
-        ``send_order`` (the sending turn's seq and staging index, or the sending
-        process's counter), then id. The actor row is locked first, so concurrent
-        promoters of one actor take turns, and whichever comes first enters every
-        message due before the one it was asked for: a message never overtakes an
-        earlier one of its sender, whoever delivers it (the worker after the commit,
-        the poller, another process after a crash). The rows are locked in the order
-        of :meth:`_lock_order`. ``now`` overrides the clock.
-        """
-        moved = 0
-        for pk in self._lock_order(tx, {pk for _, pk in due}):
-            moved += self._promote_actor(tx, pk, now)
-        if moved:
-            self.notify(tx, "w")
-        return moved
-
-    def _lock_order(self, tx: Tx, pks: set[int]) -> list[int]:
-        """``pks`` in the one order every writer locks several actor rows in: by
-        ``(actor_type, actor_id)``, compared as Python compares strings (the order of a
-        batch of enqueues, ``writer.EnqueueBatcher``), so they cannot deadlock."""
-        if len(pks) < 2:
-            return list(pks)
-        names = ", ".join(f":p{i}" for i in range(len(pks)))
-        rows = tx.rows(
-            f"SELECT pk, actor_type, actor_id FROM {{actors}} WHERE pk IN ({names})",
-            {f"p{i}": pk for i, pk in enumerate(pks)},
-        )
-        found = {int(r[0]): (r[1], r[2]) for r in rows}
-        # a pk with no row (being destroyed) locks nothing: its place does not matter
-        return sorted(pks, key=lambda pk: (pk in found, found.get(pk, ("", "")), pk))
-
-    def _promote_actor(self, tx: Tx, pk: int, now: int | None) -> int:
-        seq = tx.scalar("SELECT next_seq FROM {actors} WHERE pk = :pk{for_update}", {"pk": pk})
-        due = [
-            r[0]
-            for r in tx.rows(
-                "SELECT id FROM {messages} WHERE actor_pk = :pk AND seq IS NULL "
-                "AND status = 'scheduled' AND available_at <= COALESCE(:now, {now}) "
-                "ORDER BY available_at, send_order, id LIMIT :limit",
-                {"pk": pk, "now": now, "limit": self.PROMOTE_LIMIT},
-            )
-        ]
-        if seq is None:  # sent while the incarnation was being destroyed
-            for message_id in due:
-                tx.run(
-                    "UPDATE {messages} SET status = 'destroyed' WHERE id = :id", {"id": message_id}
-                )
-            return 0
-        first = next_seq = int(seq)
-        for message_id in due:
-            next_seq += tx.run(
-                "UPDATE {messages} SET status = 'queued', seq = :seq "
-                "WHERE id = :id AND status = 'scheduled'",
-                {"seq": next_seq, "id": message_id},
-            )
-        if next_seq > first:
-            tx.run(
-                "UPDATE {actors} SET next_seq = :next, "
-                "ready_at = COALESCE(ready_at, {now}) WHERE pk = :pk",
-                {"next": next_seq, "pk": pk},
-            )
-        return next_seq - first
 
     def cancel(self, tx: Tx, message_id: str) -> tuple[MessageRow, bool] | None:
         """Cancel a message no worker may have in hand; None when no message has the id.

@@ -34,6 +34,7 @@ from .mailbox import MailboxStatements
 from .notices import KEY_NAME, NoticeKey
 from .outbox import OutboxStatements
 from .processes import ProcessStatements
+from .promotion import PromotionStatements
 from .retention import RetentionStatements
 from .rows import (
     MSG_COLS,
@@ -104,6 +105,7 @@ def _head_due(now_ms: int | None) -> str:
 class Store(
     BroadcastStatements,
     MailboxStatements,
+    PromotionStatements,
     OutboxStatements,
     AdminStatements,
     ControlStatements,
@@ -489,7 +491,7 @@ class Store(
                 tx.rows(
                     "SELECT pk FROM {actors} WHERE lease_owner = :owner "
                     f"AND pk IN ({placeholders}) "
-                    'ORDER BY actor_type COLLATE "C", actor_id COLLATE "C" FOR UPDATE',
+                    'ORDER BY actor_type COLLATE "C", actor_id COLLATE "C"{for_update}',
                     params,
                 )
             renewed += tx.run(

@@ -1,0 +1,135 @@
+"""SQL of promotion: entering due ``scheduled`` messages into their actors' mailboxes.
+
+:class:`PromotionStatements` is mixed into :class:`~solid_objects.store.Store`. A
+delayed call, a reminder firing and a ``send_to`` wait as ``scheduled``
+(``MailboxStatements.enqueue_later``) until a promoter (the worker after the sending
+commit, the poller) locks the target's row and enters all its due messages in the
+mailbox's order rule; a row another transaction holds is passed over, and the next
+promoter enters them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .dialect import Dialect, Tx
+
+
+class PromotionStatements:
+    """Mixin: needs ``dialect`` and ``notify`` from the store."""
+
+    dialect: Dialect
+    notify: Callable[[Tx, str], None]
+
+    def due_scheduled(
+        self, tx: Tx, *, now: int | None = None, limit: int = 100
+    ) -> list[tuple[str, int]]:
+        """Delayed messages whose time has come (``now`` overrides the database clock).
+
+        Which actors have due messages, soonest first: :meth:`promote` then enters
+        each actor's due messages in their own order.
+        """
+        rows = tx.rows(
+            "SELECT id, actor_pk FROM {messages} WHERE status = 'scheduled' "
+            "AND available_at <= COALESCE(:now, {now}) ORDER BY available_at LIMIT :limit",
+            {"now": now, "limit": limit},
+        )
+        return [(r[0], int(r[1])) for r in rows]
+
+    #: Due messages one :meth:`promote` enters into one actor's mailbox at most.
+    PROMOTE_LIMIT = 500
+
+    def promote(
+        self,
+        tx: Tx,
+        due: list[tuple[str, int]],
+        *,
+        now: int | None = None,
+        skipped: list[int] | None = None,
+    ) -> int:
+        """Move the due scheduled messages of the actors in ``due`` into their mailboxes.
+
+        ``due`` names messages known to be due; each one's actor has *all* its due
+        messages entered, in the order rule of the mailbox: by ``available_at``, then
+        ``send_order`` (the sending turn's seq and staging index, or the sending
+        process's counter), then id. The actor row is locked first, so concurrent
+        promoters of one actor take turns, and whichever comes first enters every
+        message due before the one it was asked for: a message never overtakes an
+        earlier one of its sender, whoever delivers it (the worker after the commit,
+        the poller, another process after a crash). The rows are locked in the order
+        of :meth:`_lock_order`. ``now`` overrides the clock.
+
+        Where the database can skip a locked row, an actor whose row another
+        transaction holds is passed over and its pk added to ``skipped``: its messages
+        stay due for the next promoter. Every library transaction holds an actor row
+        briefly, but an application transaction that enqueued to the actor holds it
+        until it ends, and no promoter (a worker after its commit, the poller) may wait
+        for that.
+        """
+        moved = 0
+        for pk in self._lock_order(tx, {pk for _, pk in due}):
+            moved += self._promote_actor(tx, pk, now, skipped)
+        if moved:
+            self.notify(tx, "w")
+        return moved
+
+    def _lock_order(self, tx: Tx, pks: set[int]) -> list[int]:
+        """``pks`` in the one order every writer locks several actor rows in: by
+        ``(actor_type, actor_id)``, compared as Python compares strings (the order of a
+        batch of enqueues, ``writer.EnqueueBatcher``), so they cannot deadlock."""
+        if len(pks) < 2:
+            return list(pks)
+        names = ", ".join(f":p{i}" for i in range(len(pks)))
+        rows = tx.rows(
+            f"SELECT pk, actor_type, actor_id FROM {{actors}} WHERE pk IN ({names})",
+            {f"p{i}": pk for i, pk in enumerate(pks)},
+        )
+        found = {int(r[0]): (r[1], r[2]) for r in rows}
+        # a pk with no row (being destroyed) locks nothing: its place does not matter
+        return sorted(pks, key=lambda pk: (pk in found, found.get(pk, ("", "")), pk))
+
+    def _promote_actor(self, tx: Tx, pk: int, now: int | None, skipped: list[int] | None) -> int:
+        skip = self.dialect.supports_skip_locked
+        seq = tx.scalar(
+            "SELECT next_seq FROM {actors} WHERE pk = :pk{for_update}"
+            + (" SKIP LOCKED" if skip else ""),
+            {"pk": pk},
+        )
+        held = (
+            seq is None
+            and skip
+            and tx.scalar("SELECT pk FROM {actors} WHERE pk = :pk", {"pk": pk}) is not None
+        )
+        if held:  # another transaction holds the row: the next promoter enters them
+            if skipped is not None:
+                skipped.append(pk)
+            return 0
+        due = [
+            r[0]
+            for r in tx.rows(
+                "SELECT id FROM {messages} WHERE actor_pk = :pk AND seq IS NULL "
+                "AND status = 'scheduled' AND available_at <= COALESCE(:now, {now}) "
+                "ORDER BY available_at, send_order, id LIMIT :limit",
+                {"pk": pk, "now": now, "limit": self.PROMOTE_LIMIT},
+            )
+        ]
+        if seq is None:  # sent while the incarnation was being destroyed
+            for message_id in due:
+                tx.run(
+                    "UPDATE {messages} SET status = 'destroyed' WHERE id = :id", {"id": message_id}
+                )
+            return 0
+        first = next_seq = int(seq)
+        for message_id in due:
+            next_seq += tx.run(
+                "UPDATE {messages} SET status = 'queued', seq = :seq "
+                "WHERE id = :id AND status = 'scheduled'",
+                {"seq": next_seq, "id": message_id},
+            )
+        if next_seq > first:
+            tx.run(
+                "UPDATE {actors} SET next_seq = :next, "
+                "ready_at = COALESCE(ready_at, {now}) WHERE pk = :pk",
+                {"next": next_seq, "pk": pk},
+            )
+        return next_seq - first
