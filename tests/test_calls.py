@@ -75,7 +75,7 @@ def test_waiting_for_a_message_a_local_worker_already_finished_reads_it_at_once(
             if m.status() == "completed":
                 break
             threading.Event().wait(0.005)
-        assert rt._pool.holds_identity("Counter", "late")
+        assert rt.kernel.pool.holds_identity("Counter", "late")
         assert m.wait(timeout=0.1) == 2  # well under the 250 ms safety-net read
 
 
@@ -108,9 +108,9 @@ def test_waiting_for_a_message_still_queued_here_makes_no_read(
         assert _holding.wait(10)  # the worker holds the actor, busy with the first
         second = g.wait_for_gate.send()
         reads: list[str] = []
-        outcome = rt._engine.outcome
+        outcome = rt.kernel.client.outcome
         monkeypatch.setattr(
-            rt._engine,
+            rt.kernel.client,
             "outcome",
             lambda message_id: reads.append(message_id) or outcome(message_id),
         )

@@ -290,11 +290,11 @@ def test_a_lease_whose_renewal_is_refused_does_not_stop_the_renewal_of_the_other
                 )
 
         before = expiry()
-        maintained = rt._pool.poller.last_maintained
+        maintained = rt.kernel.pool.poller.last_maintained
         deadline = time.monotonic() + 20
-        while rt._pool.poller.last_maintained == maintained and time.monotonic() < deadline:
+        while rt.kernel.pool.poller.last_maintained == maintained and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert rt._pool.poller.last_maintained != maintained, "no maintenance committed"
+        assert rt.kernel.pool.poller.last_maintained != maintained, "no maintenance committed"
         assert expiry() > before
 
 

@@ -70,7 +70,7 @@ def _reset() -> None:
 
 def _wait_idle(rt: Runtime, actor_id: str) -> None:
     """Wait until the worker that ran the claim has put the activation back to idle."""
-    pool = rt._engine.pool
+    pool = rt.kernel.client.pool
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         act = pool._identities.get((Ledger.actor_type, actor_id))
@@ -84,7 +84,7 @@ def _timed(rt: Runtime, *operations: str) -> None:
     """Let the pool know these operations run briefly: a call runs in the caller's thread
     only for an operation this process has timed (``WorkerPool._fits``)."""
     for operation in operations:
-        rt._engine.pool._turn_seconds[(Ledger.actor_type, operation)] = 0.001
+        rt.kernel.client.pool._turn_seconds[(Ledger.actor_type, operation)] = 0.001
 
 
 def _transactions(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
@@ -248,7 +248,7 @@ def test_a_hot_identitys_queued_turns_commit_several_per_transaction_in_order(
     make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with make_runtime(max_turns_per_activation=1000) as rt:
-        pool = rt._engine.pool
+        pool = rt.kernel.client.pool
         batches: list[list[str]] = []
         commit = pool._commit
 

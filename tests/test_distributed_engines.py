@@ -103,7 +103,7 @@ def test_serializable_without_notify_three_runtimes_lose_no_call(
             rt.start()
             runtimes.append(rt)
         for rt in runtimes:
-            assert rt._listener is None  # no LISTEN: the poller finds the work
+            assert rt.kernel.listener is None  # no LISTEN: the poller finds the work
         with runtimes[0].store.read() as tx:
             assert tx.scalar("SHOW transaction_isolation") == "serializable"
         returned, errors, sent = hot_identity_run(runtimes, CALLS, 3)

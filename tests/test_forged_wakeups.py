@@ -196,8 +196,8 @@ def scene(
         worker.start()
         caller.start()
         for rt in (worker, caller):
-            assert rt._listener is not None
-            wait_until(rt._listener.listening.is_set, STEP, "the listener")
+            assert rt.kernel.listener is not None
+            wait_until(rt.kernel.listener.listening.is_set, STEP, "the listener")
         channel = worker.store.channel
         if redis is None:
             forger = PostgresForger(db_url, channel)
@@ -233,7 +233,7 @@ def warm(scene: Scene) -> dict[str, Any]:
 
 
 def heard_by(dispatched: list[tuple[int, str]], rt: Runtime, payload: str) -> Callable[[], bool]:
-    return lambda: (id(rt._notices), payload) in dispatched
+    return lambda: (id(rt.kernel.notices), payload) in dispatched
 
 
 @pytest.mark.parametrize("signature", ["", "#" + "0" * 64], ids=["unsigned", "bad-mac"])
@@ -312,7 +312,7 @@ def test_garbage_on_the_channel_never_drops_the_listener(
     scene: Scene, dispatched: list[tuple[int, str]]
 ) -> None:
     seen = warm(scene)
-    listeners = {rt: rt._listener for rt in (scene.worker, scene.caller)}
+    listeners = {rt: rt.kernel.listener for rt in (scene.worker, scene.caller)}
     before = {rt: listener.connections for rt, listener in listeners.items() if listener}
     for raw in GARBAGE:
         payload = (

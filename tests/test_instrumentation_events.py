@@ -264,7 +264,7 @@ def test_every_step_fires_its_hook_log_record_and_counter(
                 )  # fmt: skip
 
             store.transact(plant)
-            rt._pool.poller.maintain()
+            rt.kernel.pool.poller.maintain()
         # Leaving the block stopped the runtime: deactivated and stopped fired.
     records = {getattr(r, "solid_action", None) for r in caplog.records}
     missing = []

@@ -165,7 +165,7 @@ def test_on_deactivate_runs_at_shutdown_for_an_actor_with_work_still_queued(
     ref.add.send()  # signals the running activation: requeued when its turn ends
     stopper = threading.Thread(target=rt.stop)
     stopper.start()
-    while not rt._pool.stopping:
+    while not rt.kernel.pool.stopping:
         assert time.monotonic() < deadline, "stop() never began"
         time.sleep(0.01)
     _release_slow.set()

@@ -218,7 +218,7 @@ def test_automatic_retention_prunes_broadcasts(make_runtime: Callable[..., Runti
             written = tx.scalar("SELECT created_at FROM solid_broadcasts")
         while db_now(rt) <= written + 200:  # the row is older than the retention
             time.sleep(0.05)
-        assert rt._pool.poller.retention.prune()["broadcasts"] == 1
+        assert rt.kernel.pool.poller.retention.prune()["broadcasts"] == 1
     assert count_rows(rt, "broadcasts") == 0
 
 

@@ -294,7 +294,7 @@ def test_hints_deliver_without_polling(
         workers = make_runtime(**options)
         web = make_runtime(workers=0, **options)
         with workers, web, TestClient(app_of(web, poll_interval=3600)) as client:
-            assert web._listener is not None and web._listener.listening.wait(30)
+            assert web.kernel.listener is not None and web.kernel.listener.listening.wait(30)
             with connect(client) as ws:
                 ws.receive_json()
                 subscribe(ws, "s", "hinted")

@@ -112,8 +112,8 @@ def caller(cluster: Cluster, wakeup_url: str) -> tuple[Runtime, RedisWakeup]:
     cluster._runtimes.append(rt)
     rt.install()
     rt.start()
-    assert isinstance(rt._listener, RedisWakeup)
-    return rt, rt._listener
+    assert isinstance(rt.kernel.listener, RedisWakeup)
+    return rt, rt.kernel.listener
 
 
 def subscribers(server: RedisServer, channel: str) -> int:
@@ -317,14 +317,14 @@ def test_a_nudge_that_arrives_before_the_enqueue_is_routed_is_not_lost(db_url: s
         def finished_elsewhere_first(point: str) -> None:
             if point != "enqueue.committed" or delivered:
                 return
-            (message_id,) = list(caller_rt._waiters._futures)
+            (message_id,) = list(caller_rt.kernel.client.waiters._futures)
             wait_until(
-                lambda: caller_rt._engine.outcome(message_id) is not None,
+                lambda: caller_rt.kernel.client.outcome(message_id) is not None,
                 STEP,
                 "the worker runtime to finish the message",
             )
             delivered.append(message_id)
-            caller_rt._notices(f"d:{message_id}")  # the wake-up, before routing
+            caller_rt.kernel.deliver_notice(f"d:{message_id}")  # the wake-up, before routing
 
         with faults.inject(finished_elsewhere_first):
             assert caller_rt.ref(Counter, "early").add() == 1

@@ -72,8 +72,8 @@ def pair(db_url: str) -> Any:
         worker.install()
         worker.start()
         caller.start()
-        assert caller._listener is not None
-        wait_until(caller._listener.listening.is_set, STEP, "the caller to LISTEN")
+        assert caller.kernel.listener is not None
+        wait_until(caller.kernel.listener.listening.is_set, STEP, "the caller to LISTEN")
         yield worker, caller
     finally:
         caller.close()
@@ -82,13 +82,13 @@ def pair(db_url: str) -> Any:
 
 def counted_reads(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     reads = [0]
-    poll = rt._engine.poll_outcome
+    poll = rt.kernel.client.poll_outcome
 
     def counted(message_id: str) -> Any:
         reads[0] += 1
         return poll(message_id)
 
-    monkeypatch.setattr(rt._engine, "poll_outcome", counted)
+    monkeypatch.setattr(rt.kernel.client, "poll_outcome", counted)
     return reads
 
 
@@ -103,7 +103,7 @@ def test_send_then_wait_from_a_caller_only_process_reads_no_row(
     sent = [ref.add.send() for _ in range(5)]  # outcomes announced before anyone waits
     assert [m.wait(STEP) for m in sent] == [6, 7, 8, 9, 10]
     assert reads[0] == 0, reads
-    assert not caller._waiters._sent  # every wait took its entry
+    assert not caller.kernel.client.waiters._sent  # every wait took its entry
 
 
 @pytest.mark.parametrize("backend", POSTGRESQL, indirect=True)
@@ -116,8 +116,8 @@ def test_send_then_wait_reads_the_row_when_the_listener_went_down(
     assert ref.add.send().wait(STEP) == 1
     GATES["down"] = threading.Event()
     gated = ref.add.send(gate="down")  # remembered, on the listener's connection
-    assert caller._listener is not None
-    caller._listener.stop()  # its outcome's announcement will not be heard
+    assert caller.kernel.listener is not None
+    caller.kernel.listener.stop()  # its outcome's announcement will not be heard
     GATES["down"].set()
     assert gated.wait(STEP) == 2
     assert reads[0] >= 1

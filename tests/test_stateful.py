@@ -120,7 +120,7 @@ class Interleavings(RuleBasedStateMachine):
     @rule()
     def run_some(self) -> None:
         STEPS["run_some"] += 1
-        pool = self.rt._pool
+        pool = self.rt.kernel.pool
         pool.poller.run_due()
         pool.poller.poll_once(capacity=2)
         acts = pool._take(2, timeout=None)
@@ -217,7 +217,7 @@ class Interleavings(RuleBasedStateMachine):
             self.check_after_recovery()
         finally:
             for rt in [*self.dead, self.rt]:
-                rt._pool.release_all = lambda: None  # type: ignore[method-assign]
+                rt.kernel.pool.release_all = lambda: None  # type: ignore[method-assign]
                 rt.close()
             self.database.close()
 

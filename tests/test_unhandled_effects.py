@@ -103,7 +103,7 @@ def test_none_keeps_an_unhandled_effect_pending_and_doctor_and_metrics_list_it(
         ref = rt.ref(UnhandledMailbox, "patient")
         effect_id = ref.typo(to="b@example.com")
         wait_for(lambda: due_for_ms(rt, effect_id) > 1000, 60, "the effect to be due 1 s")
-        assert rt._pool.effects.expire_unhandled() == 0
+        assert rt.kernel.pool.effects.expire_unhandled() == 0
         assert effect_status(rt, effect_id) == "pending"
         backlog = next(c for c in rt.doctor(round_trip=False).checks if c.name == "backlog")
         assert backlog.status == "warn"
@@ -183,7 +183,7 @@ def test_a_live_process_that_handles_the_effect_prevents_its_death(
             "send_mail to be due 1.5 s",
         )
         assert effect_status(rt, effect_id) == "pending"  # our own poller left it alone
-        assert rt._pool.effects.expire_unhandled() == 0
+        assert rt.kernel.pool.effects.expire_unhandled() == 0
         assert effect_status(rt, effect_id) == "pending"
         with rt.store.read() as tx:
             from solid_objects.engine.presence import unhandled_effects
@@ -205,4 +205,4 @@ def _running_hold(rt: Runtime) -> bool:
         claimed_by = tx.scalar(
             "SELECT claimed_by FROM solid_effects WHERE name = 'hold' AND status = 'running'"
         )
-    return claimed_by is not None and claimed_by != rt._pool.owner
+    return claimed_by is not None and claimed_by != rt.kernel.pool.owner

@@ -109,11 +109,11 @@ def test_a_held_hint_wakes_only_the_owner_and_runs_its_turn(
         assert owner.ref(HeldHintCounter, "signalled").add() == 1  # the owner holds it
         other.start()
         for rt in (owner, other):  # a (re)connecting listener wakes its poller once
-            if rt._listener is not None:
-                wait_until(rt._listener.listening.is_set, STEP, "the listener")
+            if rt.kernel.listener is not None:
+                wait_until(rt.kernel.listener.listening.is_set, STEP, "the listener")
         woken = {"owner": 0, "other": 0}
-        monkeypatch.setattr(owner._pool.poller, "wake", lambda: woken.__setitem__("owner", 1))
-        monkeypatch.setattr(other._pool.poller, "wake", lambda: woken.__setitem__("other", 1))
+        monkeypatch.setattr(owner.kernel.pool.poller, "wake", lambda: woken.__setitem__("owner", 1))
+        monkeypatch.setattr(other.kernel.pool.poller, "wake", lambda: woken.__setitem__("other", 1))
         # A message neither routed itself (as if another process sent it); on PostgreSQL
         # its NOTIFY reaches both listeners as well.
         sender = Runtime(db_url, workers=0)
@@ -127,8 +127,8 @@ def test_a_held_hint_wakes_only_the_owner_and_runs_its_turn(
                 {"t": "HeldHintCounter", "i": "signalled"},
             )
         payload = held_hint(int(pk), owner.owner)
-        other._notices(payload)
-        owner._notices(payload)
+        other.kernel.deliver_notice(payload)
+        owner.kernel.deliver_notice(payload)
         # The owner's worker runs it: no poller (30 s) and no wake-up of one needed.
         wait_until(
             lambda: owner.ref(HeldHintCounter, "signalled").snapshot()["n"] == 2,
@@ -144,13 +144,13 @@ def test_a_held_hint_wakes_only_the_owner_and_runs_its_turn(
 def reads_while_held(rt: Runtime, cluster: Cluster, actor_id: str) -> tuple[int, float]:
     """One call whose turn a worker process holds (a gate): row reads, seconds waited."""
     reads = [0]
-    poll = rt._engine.poll_outcome
+    poll = rt.kernel.client.poll_outcome
 
     def counted(message_id: str) -> Any:
         reads[0] += 1
         return poll(message_id)
 
-    rt._engine.poll_outcome = counted  # type: ignore[method-assign]
+    rt.kernel.client.poll_outcome = counted  # type: ignore[method-assign]
     log = rt.ref(AppendLog, actor_id)
     assert log.append(item=0)["length"] == 1  # a worker process holds it from now on
     reads[0] = 0
@@ -194,9 +194,9 @@ def test_a_caller_told_through_notify_reads_the_row_when_told(
 ) -> None:
     rt = cluster.caller()
     rt.start()
-    assert rt._listener is not None
+    assert rt.kernel.listener is not None
     cluster.start_workers(1, workers=2, poll_interval=0.1)
-    wait_until(rt._listener.listening.is_set, STEP, "the caller to LISTEN")
+    wait_until(rt.kernel.listener.listening.is_set, STEP, "the caller to LISTEN")
     reads, waited = reads_while_held(rt, cluster, "told-notify")
     assert_few_reads(reads, waited)
 
@@ -238,10 +238,10 @@ def test_a_caller_in_another_runtime_settles_on_the_notified_outcome(
         worker.install()
         worker.start()
         caller_rt.start()
-        assert caller_rt._listener is not None
-        wait_until(caller_rt._listener.listening.is_set, STEP, "the caller to LISTEN")
+        assert caller_rt.kernel.listener is not None
+        wait_until(caller_rt.kernel.listener.listening.is_set, STEP, "the caller to LISTEN")
         reads, resolved = [0], [0]
-        poll, resolve = caller_rt._engine.poll_outcome, caller_rt._waiters.resolve
+        poll, resolve = caller_rt.kernel.client.poll_outcome, caller_rt.kernel.client.waiters.resolve
 
         def counted_poll(message_id: str) -> Any:
             reads[0] += 1
@@ -251,8 +251,8 @@ def test_a_caller_in_another_runtime_settles_on_the_notified_outcome(
             resolved[0] += 1
             resolve(message_id, outcome)
 
-        monkeypatch.setattr(caller_rt._engine, "poll_outcome", counted_poll)
-        monkeypatch.setattr(caller_rt._waiters, "resolve", counted_resolve)
+        monkeypatch.setattr(caller_rt.kernel.client, "poll_outcome", counted_poll)
+        monkeypatch.setattr(caller_rt.kernel.client.waiters, "resolve", counted_resolve)
         ref = caller_rt.ref(OutcomeCarrier, "carried")
         assert [ref.add(n=1)["n"] for _ in range(10)] == list(range(1, 11))
         with pytest.raises(Rejected) as info:
@@ -361,11 +361,11 @@ def test_a_wake_up_during_a_turn_costs_no_head_read_after_its_commit(
     try:
         worker.install()
         worker.start()
-        assert worker._listener is not None
-        wait_until(worker._listener.listening.is_set, STEP, "the worker to LISTEN")
+        assert worker.kernel.listener is not None
+        wait_until(worker.kernel.listener.listening.is_set, STEP, "the worker to LISTEN")
         ref = sender.ref(GatedTally, "gated")
         assert ref.step.send().wait(STEP) == 1  # the worker holds it from now on
-        pool = worker._pool
+        pool = worker.kernel.pool
         act = next(iter(pool._activations.values()))
         wait_until(lambda: act.status == "idle", STEP, "the activation to go idle")
         reads = [0]
@@ -423,9 +423,9 @@ def carried_setup(
     assert owner.ref(CarriedNote, actor_id).note(text="first") == 1  # the owner holds it
     other.start()
     for rt in (owner, other):
-        if rt._listener is not None:
-            wait_until(rt._listener.listening.is_set, STEP, "the listener")
-    act = next(a for a in owner._pool._activations.values() if a.actor_id == actor_id)
+        if rt.kernel.listener is not None:
+            wait_until(rt.kernel.listener.listening.is_set, STEP, "the listener")
+    act = next(a for a in owner.kernel.pool._activations.values() if a.actor_id == actor_id)
     wait_until(lambda: act.status == "idle", STEP, "the activation to go idle")
     reads, inside = [0], threading.local()  # reads outside a commit (MySQL's read the next)
     head, finish = owner.store.head_message, owner.store.finish_turn
@@ -445,9 +445,9 @@ def carried_setup(
     monkeypatch.setattr(owner.store, "finish_turn", marked_finish)
     woken = {"owner": 0, "other": 0}
     for name, rt in (("owner", owner), ("other", other)):
-        monkeypatch.setattr(rt._pool.poller, "poll_once", lambda **_: 0)
+        monkeypatch.setattr(rt.kernel.pool.poller, "poll_once", lambda **_: 0)
         monkeypatch.setattr(
-            rt._pool.poller, "wake", lambda n=name: woken.__setitem__(n, woken[n] + 1)
+            rt.kernel.pool.poller, "wake", lambda n=name: woken.__setitem__(n, woken[n] + 1)
         )
     return owner, other, sender, reads, woken
 
@@ -467,20 +467,20 @@ def test_the_owner_runs_a_carried_message_with_no_head_read(
         payloads: list[str] = []
         sender.store.publish = payloads.append  # the payloads, delivered by hand below
         signals = [0]
-        other_signal = other._pool.signal
+        other_signal = other.kernel.pool.signal
 
         def counted_signal(*args: Any, **kwargs: Any) -> bool:
             signals[0] += 1
             return other_signal(*args, **kwargs)
 
-        monkeypatch.setattr(other._pool, "signal", counted_signal)
+        monkeypatch.setattr(other.kernel.pool, "signal", counted_signal)
         ref = sender.ref(CarriedNote, "carried")
 
         def deliver(reference: Any) -> Any:
             wait_until(lambda: len(payloads) == 1, STEP, "the enqueue to publish")
             payload = payloads.pop()
-            other._notices(payload)
-            owner._notices(payload)
+            other.kernel.deliver_notice(payload)
+            owner.kernel.deliver_notice(payload)
             return payload, reference
 
         payload, second = deliver(ref.note.send(text="second"))
@@ -499,7 +499,7 @@ def test_the_owner_runs_a_carried_message_with_no_head_read(
         wait_until(lambda: len(payloads) == 1, STEP, "the enqueue to publish")
         good = payloads.pop()
         head, _, _ = good.rpartition(":")  # the fields' JSON holds colons: cut in it
-        owner._notices(good[: good.index(":[") + 1] + '["broken"]')
+        owner.kernel.deliver_notice(good[: good.index(":[") + 1] + '["broken"]')
         assert fourth.wait(STEP) == 4
         assert reads[0] == 2 and head  # malformed: the owner read the mailbox
         assert notes_of(owner, "carried") == ["first", "second", "x" * 8, "fourth"]

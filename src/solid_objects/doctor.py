@@ -302,7 +302,7 @@ def _workers(runtime: Runtime, checks: list[Check]) -> None:
 
 
 def _wakeup(runtime: Runtime, checks: list[Check]) -> None:
-    listener = runtime._listener
+    listener = runtime.kernel.listener
     poll = runtime.options.poll_interval
     if listener is None:
         checks.append(
@@ -524,12 +524,10 @@ def health(runtime: Runtime) -> Report:
     checks: list[Check] = []
     if not (_connection(runtime, checks) and _schema(runtime, checks)):
         return Report([_for_app(c, "APP") for c in checks])
-    pool = runtime._pool
-    if pool.running:
-        poller = pool.poller
-        silent = time.monotonic() - poller.last_maintained
+    if runtime.kernel.running:
+        alive, silent = runtime.kernel.worker_loop()
         limit = 2 * runtime.options.lease_duration
-        if not poller.alive():
+        if not alive:
             checks.append(Check("worker loop", "fail", "the poller thread is not running"))
         elif silent > limit:
             checks.append(

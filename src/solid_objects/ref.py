@@ -279,7 +279,7 @@ class MessageReference(_Message["Runtime"], Generic[R_co]):
         """``scheduled``, ``queued``, ``completed``, ``rejected``, ``dead``, ``destroyed``
         or ``cancelled`` (``enqueueing``: a call of this process timed out before its
         enqueue committed)."""
-        return self._runtime._engine.status(self)
+        return self._runtime.kernel.client.status(self)
 
     def cancel(self) -> bool:
         """Cancel the message if it has not started: True when it ends ``cancelled``.
@@ -287,15 +287,15 @@ class MessageReference(_Message["Runtime"], Generic[R_co]):
         False when it finished, or may be running: a queued message of an actor a
         worker holds the lease of cannot be cancelled (pause the actor first).
         """
-        return self._runtime._engine.cancel(self)
+        return self._runtime.kernel.client.cancel(self)
 
     def result(self) -> R_co:
         """The committed result now; raises MessagePending if the message has not finished."""
-        return self._runtime._engine.result(self)  # type: ignore[no-any-return]
+        return self._runtime.kernel.client.result(self)  # type: ignore[no-any-return]
 
     def wait(self, timeout: float | None = None) -> R_co:
         """Wait for the committed result; CallTimeout keeps this reference usable."""
-        return self._runtime._engine.wait(self, timeout)  # type: ignore[no-any-return]
+        return self._runtime.kernel.client.wait(self, timeout)  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         return f"<MessageReference {self.id} {self.actor_type}({self.actor_id!r}).{self.operation}>"
@@ -392,7 +392,7 @@ class Ref(_Actor["Runtime", A]):
 
     def snapshot(self) -> dict[str, Any]:
         """The committed state (defaults if the actor never ran); no mailbox write."""
-        return self._runtime._engine.snapshot(
+        return self._runtime.kernel.client.snapshot(
             self._definition, self.actor_id, context=self._options.authorization
         )
 
@@ -402,7 +402,7 @@ class Ref(_Actor["Runtime", A]):
         Refused inside a turn: it would commit on its own, outside the turn's commit.
         """
         refuse_destroy_inside_turn(f"destroying {self.actor_type}({self.actor_id!r})")
-        return self._runtime._engine.destroy(
+        return self._runtime.kernel.client.destroy(
             self._definition, self.actor_id, context=self._options.authorization
         )
 
@@ -413,7 +413,7 @@ class Ref(_Actor["Runtime", A]):
         kwargs: dict[str, Any],
         options: CallOptions,
     ) -> Any:
-        engine = self._runtime._engine
+        engine = self._runtime.kernel.client
         if operation.is_query:
             return engine.query(
                 self._definition,
@@ -450,9 +450,9 @@ class Ref(_Actor["Runtime", A]):
         kwargs: dict[str, Any],
         options: CallOptions,
     ) -> MessageReference[Any]:
-        options = _enlisted(self._runtime._engine, self.actor_type, operation, options)
-        _refuse_send(self._runtime._engine, self.actor_type, operation, options)
-        message_id = self._runtime._engine.send(
+        options = _enlisted(self._runtime.kernel.client, self.actor_type, operation, options)
+        _refuse_send(self._runtime.kernel.client, self.actor_type, operation, options)
+        message_id = self._runtime.kernel.client.send(
             self._definition, self.actor_id, operation, args, kwargs, options
         )
         return MessageReference(
@@ -490,23 +490,23 @@ class AsyncMessageReference(_Message["AsyncRuntime"], Generic[R_co]):
         """The message's status now: queued, scheduled, completed, rejected, dead,
         destroyed or cancelled.
         """
-        return await self._runtime._run(self._sync().status)
+        return await self._runtime.kernel.offload(self._sync().status)
 
     async def cancel(self) -> bool:
         """Cancel the message if it has not started; True if it was cancelled."""
-        return await self._runtime._run(self._sync().cancel)
+        return await self._runtime.kernel.offload(self._sync().cancel)
 
     async def result(self) -> R_co:
         """The committed result; raises the stored failure, or ``MessageFailed``
         while it has none yet.
         """
-        return await self._runtime._run(self._sync().result)
+        return await self._runtime.kernel.offload(self._sync().result)
 
     async def wait(self, timeout: float | None = None) -> R_co:
         """Wait for the committed outcome (at most ``timeout`` seconds) and return the
         result or raise the failure (``CallTimeout`` when the time ran out).
         """
-        return await self._runtime._wait(self._sync(), timeout)  # type: ignore[no-any-return]
+        return await self._runtime.kernel.wait(self._sync(), timeout)  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         return (
@@ -578,8 +578,8 @@ class AsyncRef(_Actor["AsyncRuntime", A]):
 
     async def snapshot(self) -> dict[str, Any]:
         """The actor's committed state as a dict (authorized like a query)."""
-        return await self._runtime._run(
-            self._runtime.sync._engine.snapshot,
+        return await self._runtime.kernel.offload(
+            self._runtime.kernel.client.snapshot,
             self._definition,
             self.actor_id,
             context=self._options.authorization,
@@ -588,8 +588,8 @@ class AsyncRef(_Actor["AsyncRuntime", A]):
     async def destroy(self) -> bool:
         """Destroy the actor: its state, mailbox and reminders; True if it existed."""
         refuse_destroy_inside_turn(f"destroying {self.actor_type}({self.actor_id!r})")
-        return await self._runtime._run(
-            self._runtime.sync._engine.destroy,
+        return await self._runtime.kernel.offload(
+            self._runtime.kernel.client.destroy,
             self._definition,
             self.actor_id,
             context=self._options.authorization,
@@ -602,9 +602,9 @@ class AsyncRef(_Actor["AsyncRuntime", A]):
         kwargs: dict[str, Any],
         options: CallOptions,
     ) -> Any:
-        engine = self._runtime.sync._engine
+        engine = self._runtime.kernel.client
         if operation.is_query:
-            return await self._runtime._run(
+            return await self._runtime.kernel.offload(
                 engine.query,
                 self._definition,
                 self.actor_id,
@@ -617,7 +617,7 @@ class AsyncRef(_Actor["AsyncRuntime", A]):
         _refuse_call(engine, self.actor_type, operation)
         engine.require_workers()
         deadline = engine.deadline_for(options.timeout)  # the timeout bounds the whole call
-        message_id = await self._runtime._run(
+        message_id = await self._runtime.kernel.offload(
             engine.start_call,
             self._definition,
             self.actor_id,
@@ -639,7 +639,8 @@ class AsyncRef(_Actor["AsyncRuntime", A]):
         outcome = engine.waiters.take(message_id)  # a direct turn: committed already
         if outcome is not None:
             return engine.settle(message, outcome)
-        return await engine.wait_async(message, options.timeout, self._runtime._run, deadline)
+        offload = self._runtime.kernel.offload
+        return await engine.wait_async(message, options.timeout, offload, deadline)
 
     async def _send(
         self,
@@ -648,10 +649,10 @@ class AsyncRef(_Actor["AsyncRuntime", A]):
         kwargs: dict[str, Any],
         options: CallOptions,
     ) -> AsyncMessageReference[Any]:
-        engine = self._runtime.sync._engine
+        engine = self._runtime.kernel.client
         options = _enlisted(engine, self.actor_type, operation, options)
         _refuse_send(engine, self.actor_type, operation, options)
-        message_id = await self._runtime._run(
+        message_id = await self._runtime.kernel.offload(
             engine.send, self._definition, self.actor_id, operation, args, kwargs, options
         )
         return AsyncMessageReference(

@@ -33,6 +33,7 @@ from .catalogue import CATALOGUE
 from .database import library_engine
 from .definition import Operation
 from .engine.client import Client
+from .engine.kernel import AsyncKernel, Kernel
 from .engine.notices import NoticeDispatch
 from .engine.waiters import Waiters
 from .engine.wakeup import listener_for
@@ -113,6 +114,8 @@ class Runtime:
         if self._listener is not None:
             self._engine.notified = self._listener.listening.is_set
             self._engine.listen_connection = self._listen_connection
+        #: The internals the library's own parts share (``engine/kernel.py``).
+        self.kernel = Kernel(self._engine, self._pool, self._listener, self._notices)
         self._closed = False
         #: Serializes start/stop/close, so a close() during run() waits for nothing twice.
         self._lifecycle = threading.RLock()
@@ -375,6 +378,8 @@ class AsyncRuntime:
         self._executor_threads = executor_threads
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
+        #: The internals the library's own parts share, and the way off the event loop.
+        self.kernel = AsyncKernel(self.sync.kernel, self._run)
         self.testing = AsyncTesting(self)
 
     # --- the underlying runtime's attributes, under the same names -------------------
@@ -429,8 +434,6 @@ class AsyncRuntime:
         bind_caller_loop(context, loop)
         return await loop.run_in_executor(self._pool(), partial(context.run, fn, *args, **kwargs))
 
-    async def _wait(self, message: MessageReference[Any], timeout: float | None) -> Any:
-        return await self.sync._engine.wait_async(message, timeout, self._run)
 
     # --- setup ------------------------------------------------------------------------
 

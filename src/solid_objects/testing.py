@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -51,13 +52,14 @@ class EffectCapture:
         self._first: str | None = None
         self._before: frozenset[str] = frozenset()
         self._fixed: list[CapturedEffect] | None = None
+        self._held = ExitStack()
 
     def __enter__(self) -> EffectCapture:
         if self._first is not None:
             raise OperationRefused("an EffectCapture is entered once: make a new one")
         runtime = self._runtime
-        runtime._engine.ensure_schema()
-        runtime._pool.effects.held += 1
+        runtime.kernel.ensure_schema()
+        self._held.enter_context(runtime.kernel.effects_held())
         # Ids start with their ms clock: every later effect sorts at or after this one;
         # the few made in this very millisecond before it are left out by id.
         self._first = f"{int(time.time() * 1000):012x}" + "0" * 20
@@ -73,7 +75,7 @@ class EffectCapture:
         try:
             self._fixed = self._read()
         finally:
-            self._runtime._pool.effects.held -= 1
+            self._held.close()
 
     async def __aenter__(self) -> EffectCapture:
         return self.__enter__()
@@ -141,8 +143,8 @@ class Testing:
         Works whether or not the runtime's workers are started; leases taken here
         are released afterwards when the runtime is not running workers.
         """
-        self._runtime._engine.ensure_schema()
-        return self._runtime._pool.drain(timeout=timeout)
+        self._runtime.kernel.ensure_schema()
+        return self._runtime.kernel.drain(timeout=timeout)
 
     def run_due_reminders(self, now: datetime, *, timeout: float = 60.0) -> int:
         """Fire time-triggered work (delayed messages, reminders, retries) due at ``now``.
@@ -151,8 +153,8 @@ class Testing:
         a test can jump three days ahead; a naive datetime is taken as UTC.
         Returns the number of turns run.
         """
-        self._runtime._engine.ensure_schema()
-        return self._runtime._pool.drain(now_ms=_epoch_ms(now), timeout=timeout)
+        self._runtime.kernel.ensure_schema()
+        return self._runtime.kernel.drain(now_ms=_epoch_ms(now), timeout=timeout)
 
     def reset(self) -> None:
         """Delete every row of the library's tables (actors, messages, effects, reminders,
@@ -169,13 +171,13 @@ class Testing:
                 "pytest plugin's solid_runtime fixtures, or Runtime(..., allow_reset=True) "
                 "on a database that holds nothing you want to keep"
             )
-        if runtime._pool.running:
+        if runtime.kernel.running:
             raise OperationRefused(
                 "runtime.testing.reset() while this runtime runs workers: stop() it first "
                 "(their turns in flight would be refused, or write into the emptied tables)"
             )
-        runtime._engine.ensure_schema()
-        runtime._pool.release_all()
+        runtime.kernel.ensure_schema()
+        runtime.kernel.release_all()
         runtime.store.transact(runtime.store.empty_tables)
 
     def capture_effects(self) -> EffectCapture:
@@ -191,19 +193,19 @@ class AsyncTesting:
 
     async def drain(self, *, timeout: float = 60.0) -> int:
         """Run all ready work now (:meth:`Testing.drain`)."""
-        return await self._runtime._run(self._runtime.sync.testing.drain, timeout=timeout)
+        return await self._runtime.kernel.offload(self._runtime.sync.testing.drain, timeout=timeout)
 
     async def run_due_reminders(self, now: datetime, *, timeout: float = 60.0) -> int:
         """Fire reminders as if the database clock read ``now``
         (:meth:`Testing.run_due_reminders`).
         """
-        return await self._runtime._run(
+        return await self._runtime.kernel.offload(
             self._runtime.sync.testing.run_due_reminders, now, timeout=timeout
         )
 
     async def reset(self) -> None:
         """Empty the library's tables (:meth:`Testing.reset`; needs ``allow_reset=True``)."""
-        await self._runtime._run(self._runtime.sync.testing.reset)
+        await self._runtime.kernel.offload(self._runtime.sync.testing.reset)
 
     def capture_effects(self) -> EffectCapture:
         """As :meth:`Testing.capture_effects`; use it with ``with`` or ``async with``."""

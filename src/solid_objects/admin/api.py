@@ -268,7 +268,7 @@ class Administration(Maintenance, IdleActors, AdminBase):
                 return outcomes
 
             outcomes = store.transact(body)
-            self._runtime._pool.route([o.enqueued for o in outcomes if o.enqueued is not None])
+            self._runtime.kernel.route([o.enqueued for o in outcomes if o.enqueued is not None])
             for o in outcomes:
                 assert o.retry_message_id is not None
                 results.append(
@@ -578,7 +578,7 @@ class Administration(Maintenance, IdleActors, AdminBase):
                 return done
 
             results.extend(store.transact(body))
-        self._runtime._pool.poller.wake()
+        self._runtime.kernel.wake_workers()
         return results
 
     # --- audit --------------------------------------------------------------------------

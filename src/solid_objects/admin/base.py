@@ -203,5 +203,5 @@ class AdminBase:
         root = self._root
         if root._tables_checked:
             return
-        self._runtime._engine.ensure_schema()  # schema version 3 carries the admin tables
+        self._runtime.kernel.ensure_schema()  # schema version 3 carries the admin tables
         root._tables_checked = True

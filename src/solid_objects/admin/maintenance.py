@@ -130,7 +130,7 @@ class Maintenance(AdminBase):
 
         changed = store.transact(body)
         if changed and not paused:
-            self._runtime._pool.poller.wake()
+            self._runtime.kernel.wake_workers()
         return ActorPause(actor_type, actor_id, paused, already=not changed)
 
     def destroy_actor(self, actor_type: str, actor_id: str, *, reason: str | None = None) -> bool:
@@ -157,7 +157,7 @@ class Maintenance(AdminBase):
 
         destroyed: bool = store.transact(body)
         if destroyed and observed:
-            self._runtime._pool.broadcasted(actor_type, actor_id)
+            self._runtime.kernel.broadcasted(actor_type, actor_id)
         return destroyed
 
     def cancel_message(self, message_id: str, *, reason: str | None = None) -> bool:
@@ -394,7 +394,7 @@ class Maintenance(AdminBase):
 
         changed = store.transact(body)
         if changed and change in ("resume", "run_now"):
-            self._runtime._pool.poller.wake()
+            self._runtime.kernel.wake_workers()
         return ReminderChange(actor_type, actor_id, operation, key, change, already=not changed)
 
     # --- processes ----------------------------------------------------------------------
@@ -447,7 +447,7 @@ class Maintenance(AdminBase):
             return RecoveredProcess(owner, leases, claims, already=False)
 
         recovered = store.transact(body)
-        self._runtime._pool.poller.wake()
+        self._runtime.kernel.wake_workers()
         return recovered
 
     # --- retention ----------------------------------------------------------------------

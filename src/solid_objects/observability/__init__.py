@@ -44,8 +44,7 @@ def observe(runtime: Runtime | AsyncRuntime, *instrumentations: Instrumentation)
     for instrumentation in instrumentations:
         instrumentation.bind(sync)
     combined = Fanout([LogEvents(sync.options), *instrumentations])
-    sync._pool.instrument = combined
-    sync._pool.effects.instrument = combined
+    sync.kernel.instrument(combined)
 
 
 def __getattr__(name: str) -> Any:

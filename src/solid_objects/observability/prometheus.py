@@ -297,7 +297,7 @@ class _RuntimeCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         families = self._families()
-        families["activations"].add_metric([], self._runtime._pool.held())
+        families["activations"].add_metric([], self._runtime.kernel.held_activations())
         if self._database:
             store = self._runtime.store
             try:

@@ -115,7 +115,7 @@ class _Faces:
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self.is_async:  # async policies are awaited on this loop (AsyncRuntime._run)
-            return await self.runtime._run(fn, *args)  # type: ignore[union-attr]
+            return await self.runtime.kernel.offload(fn, *args)  # type: ignore[union-attr]
         return await run_in_threadpool(fn, *args)
 
 
@@ -145,14 +145,11 @@ class Hub:
         self._dirty.clear()
         self._loop, self._wake = loop, asyncio.Event()
         self._task = loop.create_task(self._run(), name="solid-realtime-hub")
-        listeners = self.faces.sync._pool.broadcast_listeners
-        if self._listener not in listeners:
-            listeners.append(self._listener)
+        self.faces.sync.kernel.remove_broadcast_listener(self._listener)
+        self.faces.sync.kernel.add_broadcast_listener(self._listener)
 
     def close(self) -> None:
-        listeners = self.faces.sync._pool.broadcast_listeners
-        if self._listener in listeners:
-            listeners.remove(self._listener)
+        self.faces.sync.kernel.remove_broadcast_listener(self._listener)
         if self._task is not None:
             self._task.cancel()
 
@@ -513,7 +510,7 @@ class Session:
             return
         try:  # before anything is looked up: a denied subscriber learns nothing
             await self.app.faces.call(
-                self.app.faces.sync._engine.authorize,
+                self.app.faces.sync.kernel.client.authorize,
                 "subscription",
                 self.context,
                 actor_type,
@@ -573,7 +570,7 @@ class _Realtime:
         committed state of ``head`` (in a thread)."""
         from ..codec import encode_json
 
-        engine = self.faces.sync._engine
+        engine = self.faces.sync.kernel.client
         actor_type, actor_id = sub.key
         engine.authorize("query", sub.session.context, actor_type, actor_id, name, "{}")
         definition = sub.definition
