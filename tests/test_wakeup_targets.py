@@ -241,7 +241,8 @@ def test_a_caller_in_another_runtime_settles_on_the_notified_outcome(
         assert caller_rt.kernel.listener is not None
         wait_until(caller_rt.kernel.listener.listening.is_set, STEP, "the caller to LISTEN")
         reads, resolved = [0], [0]
-        poll, resolve = caller_rt.kernel.client.poll_outcome, caller_rt.kernel.client.waiters.resolve
+        client = caller_rt.kernel.client
+        poll, resolve = client.poll_outcome, client.waiters.resolve
 
         def counted_poll(message_id: str) -> Any:
             reads[0] += 1
