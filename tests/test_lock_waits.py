@@ -50,17 +50,9 @@ class WaitRelay(Actor):
         return self.sent
 
 
-#: The expiry races: fixed on MariaDB; still open on PostgreSQL (design-decisions.md,
-#: "Lock waits around application transactions and expiry").
-RACE_SERVERS = [
-    pytest.param(
-        b,
-        marks=pytest.mark.xfail(strict=True, reason="expiry vs send_to open on PostgreSQL"),
-    )
-    if b == "postgresql"
-    else b
-    for b in SERVERS
-]
+#: The expiry races (design-decisions.md, "Lock waits around application transactions and
+#: expiry"): an advisory lock on PostgreSQL, locking reads on MariaDB.
+RACE_SERVERS = SERVERS
 
 
 @pytest.fixture(params=SERVERS)

@@ -105,6 +105,11 @@ class Dialect:
     #: Run first in an expiry transaction (MySQL/MariaDB): the scan of each candidate's
     #: pending messages then locks the gap a concurrent ``send_to`` inserts into.
     expiry_isolation_sql: str | None = None
+    #: PostgreSQL: a ``send_to`` holds the target incarnation's lock shared until its
+    #: commit, an expiry tries it exclusive and passes over a candidate it cannot get
+    #: (``:lock_key`` is the actor's pk); None where expiry meets sends another way.
+    incarnation_share_sql: str | None = None
+    incarnation_try_sql: str | None = None
 
     #: How a ``:name`` placeholder is written for the driver.
     named_style = "pyformat"
@@ -537,6 +542,12 @@ class PostgreSQLDialect(Dialect):
     name = family = "postgresql"
     now_ms = "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)"
     supports_skip_locked = True
+    incarnation_share_sql: str | None = (
+        "SELECT pg_advisory_xact_lock_shared(1397705796, CAST(:lock_key AS INTEGER))"
+    )
+    incarnation_try_sql: str | None = (
+        "SELECT pg_try_advisory_xact_lock(1397705796, CAST(:lock_key AS INTEGER))"
+    )
     notify_sql: str | None = "SELECT pg_notify(:channel, :payload)"
     writable_cte = True
     scope_sql = "SELECT current_database() || '.' || current_schema()"
@@ -659,6 +670,9 @@ class CockroachDBDialect(PostgreSQLDialect):
 
     name = "cockroachdb"
     notify_sql = None
+    # Advisory locks were no-op stubs there: the expiry race stays as documented.
+    incarnation_share_sql = None
+    incarnation_try_sql = None
     writable_cte = False
     isolation = None
     install_retries = _INSTALL_RETRIES

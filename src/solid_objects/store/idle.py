@@ -14,8 +14,10 @@ starts a new incarnation. A ``send_to`` (``enqueue_later``) locks no actor row; 
 MySQL/MariaDB it meets the expiry another way: the expiry reads each candidate's
 unentered messages with a locking read at REPEATABLE READ, which waits for a send's
 uncommitted insert or makes the insert wait for the delete, after which the send
-reads the row again (``MailboxStatements._follow_incarnation``). On PostgreSQL that
-race is still open (docs/design-decisions.md). Candidates whose row another
+reads the row again (``MailboxStatements._follow_incarnation``). On PostgreSQL a
+``send_to`` holds the target incarnation's advisory lock shared until it commits; the
+expiry tries each candidate's exclusive (never waiting) and passes over what it cannot
+get, and a send that waited for an expiry's commit reads the row again. Candidates whose row another
 transaction holds are passed over (``SKIP LOCKED``), so an expiry never waits for a
 transaction that could be waiting for it.
 """
@@ -28,6 +30,7 @@ from typing import Any
 from . import schema
 from .admin_rows import ACTOR_COLS, ActorRow, read_actor
 from .dialect import Dialect, Tx
+from .mailbox import incarnation_lock_key
 
 #: Nothing waits for the actor ``a``, and it was not touched since ``:cutoff``.
 QUIET = (
@@ -149,6 +152,13 @@ class IdleStatements:
                 params,
             )
         ]
+        if dialect.incarnation_try_sql is not None:
+            # A send_to committing to a candidate holds its lock shared: pass it over.
+            locked = [
+                pk
+                for pk in locked
+                if tx.scalar(dialect.incarnation_try_sql, {"lock_key": incarnation_lock_key(pk)})
+            ]
         if not locked:
             return []
         if dialect.expiry_isolation_sql is not None:

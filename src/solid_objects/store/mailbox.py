@@ -243,11 +243,19 @@ class MailboxStatements:
         An expiry (``IdleStatements.expire``) must not delete the row under the send:
         on MySQL/MariaDB the expiry's scan of the actor's pending messages waits for
         this uncommitted insert, or this insert waits for the expiry to commit and the
-        row is read again after it (:meth:`_follow_incarnation`). Not yet on
-        PostgreSQL (docs/design-decisions.md, "Lock waits around application
-        transactions and expiry").
+        row is read again after it (:meth:`_follow_incarnation`). On PostgreSQL this
+        holds the incarnation's advisory lock shared until its commit (the expiry
+        tries it exclusive and passes over what it cannot get), then reads the row
+        again (docs/design-decisions.md, "Lock waits around application transactions
+        and expiry").
         """
         pk, now = self._target_row(tx, actor_type, actor_id)
+        share = self.dialect.incarnation_share_sql
+        if share is not None:
+            # Held until this commit: an expiry passes this incarnation over meanwhile.
+            # If one held it first, this waited for its commit: read the row again.
+            tx.scalar(share, {"lock_key": incarnation_lock_key(pk)})
+            pk, now = self._target_row(tx, actor_type, actor_id)
         existing = self._keyed_message(tx, pk, idempotency_key)
         if existing is not None:
             return existing
@@ -628,3 +636,9 @@ class MailboxStatements:
             message.status = "cancelled"
             return message, True
         return message, False
+
+
+def incarnation_lock_key(pk: int) -> int:
+    """The advisory lock key of an actor incarnation (a 31-bit fold of its pk: two pks
+    that share one only make an expiry pass a candidate over until the next round)."""
+    return pk % 2147483647
