@@ -27,6 +27,8 @@ PUBLIC_MODULES = [
     "solid_objects.contrib.starlette",
     "solid_objects.contrib.flask",
     "solid_objects.contrib.django",
+    "solid_objects.contrib.idempotency",
+    "solid_objects.contrib.access",
     "solid_objects.observability",
     "solid_objects.web",
 ]
