@@ -98,7 +98,18 @@ class UnknownOperation(SolidObjectsError, AttributeError):
 
 
 class IdempotencyConflict(SolidObjectsError):
-    """An idempotency key was reused for different arguments or a different operation."""
+    """An idempotency key was reused for different arguments or a different operation.
+
+    Its text shows the stored call only to a caller who may read that message (the
+    ``authorize_message`` policy, asked as for ``runtime.message(id)``); anyone else
+    gets :class:`Unauthorized` instead, which says nothing of it.
+    """
+
+    def __init__(self, *args: object, existing: Any = None) -> None:
+        super().__init__(*args)
+        #: The stored message, for the client's read check; None once it is raised
+        #: to the caller.
+        self.existing = existing
 
 
 class MailboxFull(SolidObjectsError):

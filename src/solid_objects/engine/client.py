@@ -36,6 +36,7 @@ from ..errors import (
     CallTimeout,
     ConfigurationError,
     DatabaseError,
+    IdempotencyConflict,
     InvalidArguments,
     InvalidState,
     MessageCancelled,
@@ -235,9 +236,12 @@ class Client(Waiting):
         elif (connection := self.listen_connection()) is not None:
             self.waiters.sent(message_id, connection)  # its outcome's announcement is kept
         try:
-            enqueued = self._enqueue(
-                definition, actor_id, operation, options, message_id, arguments
-            ).result()
+            enqueued = self._keyed(
+                lambda: self._enqueue(
+                    definition, actor_id, operation, options, message_id, arguments
+                ).result(),
+                options,
+            )
         except BaseException:
             self.waiters.forget(message_id)
             raise
@@ -246,6 +250,38 @@ class Client(Waiting):
             if register_waiter:
                 self.waiters.register(enqueued.message.id)
         return enqueued.message.id
+
+    def _keyed(self, enqueue: Callable[[], Enqueued], options: CallOptions) -> Enqueued:
+        """Run ``enqueue``; a key that resolves to an earlier message shows it (its id,
+        its outcome, its stored call in an :class:`IdempotencyConflict`) only to a
+        caller who may read that message, as ``runtime.message(id)`` would ask."""
+        try:
+            enqueued = enqueue()
+        except IdempotencyConflict as exc:
+            existing, exc.existing = exc.existing, None
+            if existing is None:
+                raise
+            conflict = exc
+        else:
+            if enqueued.existing:
+                self._may_read(enqueued.message, options.authorization)
+            return enqueued
+        # Outside the except: a refusal must not carry the conflict as its context.
+        self._may_read(existing, options.authorization)
+        raise conflict
+
+    def _may_read(self, row: MessageRow, context: Any) -> None:
+        """Refuse, revealing nothing, a caller the policy does not let read ``row``."""
+        self.authorize(
+            "message",
+            context,
+            row.actor_type,
+            row.actor_id,
+            row.operation,
+            row.arguments,
+            message_id=row.id,
+            shown=f"the {row.actor_type} message under this idempotency key",
+        )
 
     def start_call(
         self,
@@ -354,12 +390,17 @@ class Client(Waiting):
         done: Future[Enqueued] = Future()
         try:
             with joined.transaction() as (dbapi_connection, driver_connection):
-                enqueued = self.store.enqueue_on(
-                    joined.dialect_name,
-                    dbapi_connection,
-                    driver_connection,
-                    **self._message_fields(definition, actor_id, operation, message_id, arguments),
-                    **_queue_fields(options),
+                enqueued = self._keyed(
+                    lambda: self.store.enqueue_on(
+                        joined.dialect_name,
+                        dbapi_connection,
+                        driver_connection,
+                        **self._message_fields(
+                            definition, actor_id, operation, message_id, arguments
+                        ),
+                        **_queue_fields(options),
+                    ),
+                    options,
                 )
         except BaseException as exc:
             done.set_exception(exc)
@@ -627,6 +668,8 @@ class Client(Waiting):
         )
         if row is None or not matches:
             guarded = self.options.authorize_message is not None
+            if guarded:  # asked as for a stored message, so the time taken tells nothing
+                self._ask_anyway(context, actor_type, actor_id, operation, message_id)
             if not guarded and (row is None or (actor_id is None and row.actor_type != actor_type)):
                 raise MessageNotFound(f"no {actor_type} message {message_id!r}")
             reason = (
@@ -646,6 +689,27 @@ class Client(Waiting):
             shown=shown,
         )
         return row
+
+    def _ask_anyway(
+        self,
+        context: Any,
+        actor_type: str,
+        actor_id: str | None,
+        operation: str | None,
+        message_id: str,
+    ) -> None:
+        """Ask ``authorize_message`` about a message that is not there, and ignore the
+        answer: a missing id costs the policy's time like a refused one."""
+        policy = self.options.authorize_message
+        if policy is None:
+            return
+        request = AuthorizationRequest(
+            "message", unwrap(context)[0], actor_type, actor_id or "", operation, {}, message_id
+        )
+        try:
+            answer(policy, request)
+        except Exception:  # a policy that fails denies; the caller is refused anyway
+            pass
 
     def checked(self, message: MessageReference[Any]) -> MessageRow:
         """:meth:`read_message` for a reference, with the context it carries."""

@@ -403,7 +403,8 @@ class MailboxStatements:
                 raise IdempotencyConflict(
                     f"idempotency key {idempotency_key!r} of {actor_type} {actor_id!r} was "
                     f"used for {existing.operation}({existing.arguments}); this call is "
-                    f"{operation}({arguments})"
+                    f"{operation}({arguments})",
+                    existing=existing,
                 )
             return Enqueued(existing, existing=True, claimed=None)
         length = int(next_seq) - int(done_seq) - 1
