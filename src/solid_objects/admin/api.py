@@ -42,6 +42,7 @@ from .views import (
     ReminderInfo,
     RetriedDeadLetter,
     RetriedEffect,
+    RetryingMessage,
     Status,
     TypeStatus,
     datetime_of,
@@ -502,8 +503,10 @@ class Administration(Maintenance, IdleActors, AdminBase):
         cursor: str | None = None,
     ) -> Page[EffectInfo]:
         """Effects of one status (``dead`` by default), newest first."""
-        if status not in ("pending", "running", "done", "dead"):
-            raise InvalidArguments(f"status must be pending, running, done or dead, not {status!r}")
+        if status not in ("pending", "retrying", "running", "done", "dead"):
+            raise InvalidArguments(
+                f"status must be pending, retrying, running, done or dead, not {status!r}"
+            )
         check_filters(actor_type=actor_type, effect_name=name)
         check_limit(limit)
         after = decode_cursor(cursor, "effects")
@@ -583,6 +586,19 @@ class Administration(Maintenance, IdleActors, AdminBase):
 
     # --- audit --------------------------------------------------------------------------
 
+    def retrying_messages(self, *, limit: int = 50) -> list[RetryingMessage]:
+        """Actors whose head message failed and waits for its next attempt (the first
+        ``limit``, soonest first): its attempt, when it runs again and its last error."""
+        check_limit(limit)
+        self._authorize("actors.pending", actor_type=None)
+        store = self._runtime.store
+        with store.read() as tx:
+            rows = store.retrying_heads(tx, limit)
+        return [
+            RetryingMessage(t, i, attempt, datetime_of(at), MailboxMessage.of(row))
+            for t, i, attempt, at, row in rows
+        ]
+
     def audit_log(
         self,
         *,
@@ -590,9 +606,20 @@ class Administration(Maintenance, IdleActors, AdminBase):
         principal: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        actor_type: str | None = None,
+        actor_id: str | None = None,
     ) -> Page[AuditEntry]:
-        """Audit records of changes made through this API, newest first."""
+        """Audit records of changes made through this API, newest first.
+
+        ``actor_type`` with ``actor_id`` keeps the changes that touched that actor,
+        whatever their target: a pause, a retried or discarded dead letter of it.
+        """
         check_filters(target_id=target_id, principal=principal)
+        if (actor_type is None) != (actor_id is None):
+            raise InvalidArguments("actor_type and actor_id go together")
+        if actor_type is not None and actor_id is not None:
+            check_identifier(actor_type, what="actor type")
+            check_identifier(actor_id, what="actor id")
         check_limit(limit)
         after = decode_cursor(cursor, "audit")
         self._authorize("audit.list", target_id=target_id, principal=principal)
@@ -605,6 +632,7 @@ class Administration(Maintenance, IdleActors, AdminBase):
                 principal=principal,
                 after=None if after is None else str(after),
                 limit=limit + 1,
+                actor=None if actor_type is None or actor_id is None else (actor_type, actor_id),
             )
         rows, next_cursor = page_of(rows, limit, "audit", lambda last: last.id)
         return Page([AuditEntry.of(r) for r in rows], next_cursor, datetime_of(now))

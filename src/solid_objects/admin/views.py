@@ -387,6 +387,20 @@ class AuditEntry:
 
 
 @dataclass(frozen=True)
+class RetryingMessage:
+    """An actor whose head message failed and waits for its next attempt."""
+
+    actor_type: str
+    actor_id: str
+    #: The attempt the head message is on (failed ones so far, plus the next).
+    attempt: int
+    #: When the next attempt may start (database clock).
+    next_attempt_at: datetime | None
+    #: The head message, with its last error and traceback.
+    message: MailboxMessage
+
+
+@dataclass(frozen=True)
 class MessageCancellation:
     """The outcome of cancelling a message: cancelled, or why it was not."""
 

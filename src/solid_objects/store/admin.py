@@ -393,8 +393,7 @@ class AdminStatements(ActivityStatements):
         return [
             read_actor(r)
             for r in tx.rows(
-                f"SELECT {ACTOR_COLS} FROM {{actors}} WHERE {where} "
-                "ORDER BY actor_id LIMIT :limit",
+                f"SELECT {ACTOR_COLS} FROM {{actors}} WHERE {where} ORDER BY actor_id LIMIT :limit",
                 params,
             )
         ]
@@ -476,7 +475,11 @@ class AdminStatements(ActivityStatements):
     ) -> list[EffectAdminRow]:
         """Effects of one status, newest first: dead by when they died, others by creation."""
         order = "completed_at" if status in ("dead", "done") else "created_at"
-        where = ["status = :status"]
+        # retrying: pending effects whose handler already failed (they wait for their
+        # next attempt, ``available_at``).
+        where = [
+            "status = 'pending' AND attempts > 0" if status == "retrying" else "status = :status"
+        ]
         params: dict[str, Any] = {"status": status, "limit": limit}
         if actor_type is not None:
             where.append("actor_type = :t")
@@ -682,11 +685,15 @@ class AdminStatements(ActivityStatements):
         principal: str | None,
         after: str | None,
         limit: int,
+        actor: tuple[str, str] | None = None,
     ) -> list[AuditRow]:
-        """Audit records, newest first (ids are time-ordered)."""
+        """Audit records, newest first (ids are time-ordered); ``actor`` keeps those that
+        touched that actor, whatever their target (a pause, a retried dead letter)."""
         where = ["1 = 1"]
         if target_id is not None:
             where.append("target_id = :target")
+        if actor is not None:
+            where.append("actor_type = :actor_type AND actor_id = :actor_id")
         if principal is not None:
             where.append("principal = :principal")
         if after is not None:
@@ -698,6 +705,36 @@ class AdminStatements(ActivityStatements):
                     f"SELECT {AUDIT_COLS} FROM {{audit}} WHERE {' AND '.join(where)} "
                     "ORDER BY id DESC LIMIT :limit"
                 ),
-                {"target": target_id, "principal": principal, "after": after, "limit": limit},
+                {
+                    "target": target_id,
+                    "principal": principal,
+                    "after": after,
+                    "limit": limit,
+                    "actor_type": None if actor is None else actor[0],
+                    "actor_id": None if actor is None else actor[1],
+                },
+            )
+        ]
+
+    def retrying_heads(
+        self, tx: Tx, limit: int
+    ) -> list[tuple[str, str, int, int | None, MailboxRow]]:
+        """Actors whose head message failed and waits for its next attempt, soonest
+        first: (type, id, attempt, next attempt at, the head message)."""
+        cols = ", ".join(f"m.{c.strip()}" for c in MAILBOX_COLS.split(","))
+        return [
+            (
+                str(r[0]),
+                str(r[1]),
+                int(r[2]),
+                None if r[3] is None else int(r[3]),
+                read_mailbox(r[4:]),
+            )
+            for r in tx.rows(
+                "SELECT a.actor_type, a.actor_id, a.attempt, a.ready_at, " + cols + " "
+                "FROM {actors} a JOIN {messages} m ON m.actor_pk = a.pk AND m.seq = a.done_seq + 1 "
+                "WHERE a.attempt > 0 AND a.ready_at IS NOT NULL AND m.status = 'queued' "
+                "AND m.attempts > 0 ORDER BY a.ready_at LIMIT :limit",
+                {"limit": limit},
             )
         ]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, quote, urlencode
+from urllib.parse import parse_qs, parse_qsl, quote, urlencode
 
 from ..extras import requires_extra
 
@@ -162,9 +162,19 @@ class _Dashboard:
             raise CsrfRejected()
         return ops, fields
 
-    def back(self, request: Request, fields: Mapping[str, list[str]]) -> Response:
+    def back(
+        self,
+        request: Request,
+        fields: Mapping[str, list[str]],
+        extra: Mapping[str, str] | None = None,
+    ) -> Response:
         base = str(request.scope.get("root_path", "")).rstrip("/")
-        return RedirectResponse(base + _safe_next(_first(fields, "next")), status_code=303)
+        target = _safe_next(_first(fields, "next"))
+        if extra:
+            path, _, query = target.partition("?")
+            pairs = [(k, v) for k, v in parse_qsl(query) if k not in extra]
+            target = path + "?" + urlencode([*pairs, *extra.items()])
+        return RedirectResponse(base + target, status_code=303)
 
     # --- error pages --------------------------------------------------------------------
 
@@ -246,12 +256,14 @@ class _Dashboard:
         )
         history = None
         if ops.allowed("audit.list", target_id=f"{actor_type}/{actor_id}", principal=None):
-            history = ops.audit_log(target_id=f"{actor_type}/{actor_id}", limit=20)
+            # Every change that touched the actor: a pause, a retried dead letter of it.
+            history = ops.audit_log(actor_type=actor_type, actor_id=actor_id, limit=20)
         target = {"actor_type": actor_type, "actor_id": actor_id}
         return self.render(
             request,
             "actor.html",
             a=detail,
+            actor_status=_actor_status(detail),
             recent=recent,
             next_url=_next_url(request, recent),
             history=history,
@@ -273,15 +285,48 @@ class _Dashboard:
         page = ops.list_dead_letters(
             **filters, state=state, limit=PAGE_SIZE, cursor=q.get("cursor") or None
         )
+        retried = []
+        for message_id in (q.get("retried") or "").split(",")[:PAGE_SIZE]:
+            if message_id:
+                letter = ops.get_dead_letter(message_id)
+                retried.append(
+                    {
+                        "message_id": letter.id,
+                        "retry_message_id": letter.retry_message_id,
+                        "already": False,
+                        "actor_type": letter.actor_type,
+                        "actor_id": letter.actor_id,
+                    }
+                )
         return self.render(
             request,
             "dead_letters.html",
+            retried=retried,
             page=page,
             q=q,
             state=state,
             next_url=_next_url(request, page),
             can_retry=ops.allowed("dead_letters.retry"),
             can_discard=ops.allowed("dead_letters.discard"),
+        )
+
+    def retrying(self, request: Request) -> Response:
+        """Messages and effects that failed and wait for their next attempt."""
+        ops = self.ops(request)
+        q = request.query_params
+        effects = ops.list_effects(
+            status="retrying", limit=PAGE_SIZE, cursor=q.get("cursor") or None
+        )
+        options = self.runtime.options
+        return self.render(
+            request,
+            "retrying.html",
+            messages=ops.retrying_messages(limit=PAGE_SIZE),
+            effects=effects,
+            now=effects.now,
+            next_url=_next_url(request, effects),
+            max_attempts=options.max_attempts,
+            max_effect_attempts=options.effect_max_attempts,
         )
 
     def effects(self, request: Request) -> Response:
@@ -369,7 +414,10 @@ class _Dashboard:
         ids = _ids(fields)
         reason = _first(fields, "reason") or None
         if _change(request, ("retry", "discard")) == "retry":
-            await run_in_threadpool(ops.retry_dead_letters, ids, reason=reason)
+            retried = await run_in_threadpool(ops.retry_dead_letters, ids, reason=reason)
+            # Back to the list with what happened: the new messages, and where to look.
+            done = ",".join(r.message_id for r in retried)
+            return self.back(request, fields, extra={"retried": done})
         else:
             await run_in_threadpool(ops.discard_dead_letters, ids, reason=reason)
         return self.back(request, fields)
@@ -425,6 +473,21 @@ def _ids(fields: Mapping[str, list[str]]) -> list[str]:
 
 def _quote(value: str) -> str:
     return quote(value, safe="")
+
+
+def _actor_status(a: Any) -> str:
+    """What the actor is doing, in the on-call engineer's words (not just its flag)."""
+    if a.paused:
+        return "paused"
+    if a.lease is not None and not a.lease.expired:
+        return f"running (held by {a.lease.owner})"
+    if a.retry_at is not None:
+        return "backing off: the head message is retried later"
+    if a.queued_total:
+        return "waiting for a worker"
+    if a.open_dead_letters:
+        return "idle, with an open dead letter"
+    return "idle"
 
 
 def _raw_path(request: Request) -> str:
@@ -486,6 +549,7 @@ def dashboard(
         Route("/dead-letters", d.dead_letters),
         Route("/dead-letters/{change:str}", d.dead_letter_action, methods=["POST"]),
         Route("/effects", d.effects),
+        Route("/retrying", d.retrying),
         Route("/effects/retry", d.retry_effects, methods=["POST"]),
         Route("/reminders", d.reminders),
         Route("/reminders/{change:str}", d.reminder_action, methods=["POST"]),
