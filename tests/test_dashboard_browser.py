@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -100,9 +101,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def served(rt: Runtime) -> Iterator[str]:
-    """The dashboard under uvicorn on 127.0.0.1, in a thread: its base URL."""
+@contextmanager
+def serve(rt: Runtime) -> Iterator[str]:
+    """The dashboard of ``rt`` under uvicorn on 127.0.0.1, in a thread: its base URL."""
 
     def user(request: Any) -> str | None:
         return request.headers.get("x-user")  # type: ignore[no-any-return]
@@ -121,6 +122,12 @@ def served(rt: Runtime) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+@pytest.fixture
+def served(rt: Runtime) -> Iterator[str]:
+    with serve(rt) as url:
+        yield url
 
 
 class Watched:

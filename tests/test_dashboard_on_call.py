@@ -7,23 +7,20 @@ A runtime with a long retry backoff, so failed work stays visibly "retrying".
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ClassVar
 
 import playwright.sync_api as playwright_api
 import pytest
-import uvicorn
 
 from solid_objects import Actor, Runtime
 from solid_objects.admin import allow
 from solid_objects.engine.effects import EffectContext
 from solid_objects.errors import InvalidArguments
-from solid_objects.web import dashboard
 
 from .conftest import FAST, fresh_database
-from .test_dashboard_browser import SECRET, Watched, browser, free_port, open_as
+from .test_dashboard_browser import Watched, browser, open_as, serve
 
 __all__ = ["browser", "open_as"]  # the fixtures this module borrows
 
@@ -79,20 +76,8 @@ def rt(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Runtime]:
 
 @pytest.fixture
 def served(rt: Runtime) -> Iterator[str]:
-    app = dashboard(rt, principal=lambda r: r.headers.get("x-user"), secret=SECRET)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    started = threading.Event()
-    while not server.started:
-        assert thread.is_alive(), "uvicorn did not start"
-        started.wait(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with serve(rt) as url:
+        yield url
 
 
 def test_retrying_messages_and_effects_are_listed_with_attempt_next_time_and_error(

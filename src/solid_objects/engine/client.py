@@ -270,8 +270,9 @@ class Client(Waiting):
         self._may_read(existing, options.authorization)
         raise conflict
 
-    def _may_read(self, row: MessageRow, context: Any) -> None:
-        """Refuse, revealing nothing, a caller the policy does not let read ``row``."""
+    def _may_read(self, row: MessageRow, context: Any, shown: str | None = None) -> None:
+        """Refuse, revealing nothing, a caller the policy does not let read ``row``: it is
+        asked with the *stored* request, so holding an id or a key is never enough."""
         self.authorize(
             "message",
             context,
@@ -280,7 +281,7 @@ class Client(Waiting):
             row.operation,
             row.arguments,
             message_id=row.id,
-            shown=f"the {row.actor_type} message under this idempotency key",
+            shown=shown or f"the {row.actor_type} message under this idempotency key",
         )
 
     def start_call(
@@ -678,16 +679,7 @@ class Client(Waiting):
                 else "the reference does not match the stored message"
             )
             self._deny("message", shown, reason, actor_type)
-        self.authorize(
-            "message",
-            context,
-            row.actor_type,
-            row.actor_id,
-            row.operation,
-            row.arguments,
-            message_id=message_id,
-            shown=shown,
-        )
+        self._may_read(row, context, shown)
         return row
 
     def _ask_anyway(
