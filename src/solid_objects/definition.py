@@ -442,7 +442,47 @@ def _check_hook(cls: type[Any], name: str, function: Callable[..., Any]) -> None
 
 
 def build_definition(cls: type, base: type) -> ActorDefinition:
-    """Introspect ``cls`` (a subclass of ``base``) or raise InvalidActorDefinition."""
+    """Introspect ``cls`` (a subclass of ``base``) or raise InvalidActorDefinition.
+
+    One step per concern: the class's own settings, its state fields, its
+    operations, payloads and hooks, then the state's JSON schema and defaults.
+    """
+    actor_type, version, migrations = _class_settings(cls)
+    base_names = set(vars(base)) | set(getattr(base, "__annotations__", {}))
+    try:
+        hints = typing.get_type_hints(cls, include_extras=True)
+    except Exception as exc:
+        raise _fail(cls, f"cannot resolve annotations: {exc}") from None
+
+    defaults: dict[str, Any] = {}
+    fields: dict[str, Any] = {}
+    operations: dict[str, Operation] = {}
+    payloads: dict[str, Callable[..., Any]] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is base or not issubclass(klass, base):
+            continue
+        _collect_fields(cls, klass, hints, base_names, defaults, fields)
+        _collect_members(cls, klass, base_names, operations, payloads)
+    clash = set(fields) & set(operations)
+    if clash:
+        raise _fail(cls, f"{sorted(clash)} are both state fields and operations")
+    for name in fields:
+        operations.pop(name, None)
+    state, normalized = _state_of(cls, fields, defaults)
+    return ActorDefinition(
+        cls=cls,
+        actor_type=actor_type,
+        state_version=version,
+        migrations=dict(migrations),
+        defaults=defaults,
+        state=state,
+        operations=operations,
+        observables=build_observables(cls, getattr(cls, "observables", ()), normalized, payloads),
+    )
+
+
+def _class_settings(cls: type) -> tuple[str, int, Mapping[int, Any]]:
+    """``actor_type``, ``state_version`` and ``migrations``, checked; no ``__init__``."""
     actor_type = cls.__dict__.get("actor_type", cls.__name__)
     if not isinstance(actor_type, str) or not _TYPE_NAME.match(actor_type):
         raise _fail(cls, f"actor_type {actor_type!r} must match {_TYPE_NAME.pattern}")
@@ -460,69 +500,82 @@ def build_definition(cls: type, base: type) -> ActorDefinition:
             "actors may not define __init__: state comes from annotated attributes with "
             "defaults; the runtime builds instances",
         )
+    return actor_type, version, migrations
 
-    base_names = set(vars(base)) | set(getattr(base, "__annotations__", {}))
-    try:
-        hints = typing.get_type_hints(cls, include_extras=True)
-    except Exception as exc:
-        raise _fail(cls, f"cannot resolve annotations: {exc}") from None
 
-    defaults: dict[str, Any] = {}
-    fields: dict[str, Any] = {}
-    operations: dict[str, Operation] = {}
-    payloads: dict[str, Callable[..., Any]] = {}
-    for klass in reversed(cls.__mro__):
-        if klass is base or not issubclass(klass, base):
+def _collect_fields(
+    cls: type,
+    klass: type,
+    hints: Mapping[str, Any],
+    base_names: set[str],
+    defaults: dict[str, Any],
+    fields: dict[str, Any],
+) -> None:
+    """The state fields ``klass`` declares: annotated public attributes with defaults."""
+    for name in getattr(klass, "__annotations__", {}):
+        annotation = hints.get(name)
+        if _is_classvar(annotation) or name.startswith("_"):
             continue
-        for name in getattr(klass, "__annotations__", {}):
-            annotation = hints.get(name)
-            if _is_classvar(annotation) or name.startswith("_"):
-                continue
-            if name in RESERVED_NAMES or name in base_names:
-                raise _fail(cls, f"{name!r} is reserved and cannot be a state field")
-            if not _NAME.match(name):
-                raise _fail(cls, f"state field {name!r} is not a valid name")
-            if name not in klass.__dict__ and name not in defaults:
-                raise _fail(cls, f"state field {name!r} needs a default value")
-            if name in klass.__dict__:
-                value = klass.__dict__[name]
-                if inspect.isfunction(value):
-                    raise _fail(cls, f"{name!r} is both a state field and an operation")
-                defaults[name] = value
-            fields[name] = annotation
-        for name, member in klass.__dict__.items():
-            if name.startswith("_") or name in getattr(klass, "__annotations__", {}):
-                continue
-            if isinstance(member, staticmethod | classmethod | property):
-                continue
-            if inspect.isfunction(member) and name in HOOK_NAMES:
-                _check_hook(cls, name, member)
-                continue
-            if inspect.isfunction(member) and is_payload(member):
-                payloads[name] = member
-                operations.pop(name, None)
-                continue
-            if inspect.isfunction(member):
-                if name in RESERVED_NAMES or name in base_names:
-                    raise _fail(cls, f"{name!r} is reserved and cannot be an operation")
-                if len(name) > MAX_OPERATION_LENGTH:
-                    raise _fail(
-                        cls,
-                        f"operation name {name[:20]}... is {len(name)} characters; the "
-                        f"database stores at most {MAX_OPERATION_LENGTH}",
-                    )
-                operations[name] = _build_operation(cls, name, member)
-            elif isinstance(member, _MUTABLE) and name not in base_names:
+        if name in RESERVED_NAMES or name in base_names:
+            raise _fail(cls, f"{name!r} is reserved and cannot be a state field")
+        if not _NAME.match(name):
+            raise _fail(cls, f"state field {name!r} is not a valid name")
+        if name not in klass.__dict__ and name not in defaults:
+            raise _fail(cls, f"state field {name!r} needs a default value")
+        if name in klass.__dict__:
+            value = klass.__dict__[name]
+            if inspect.isfunction(value):
+                raise _fail(cls, f"{name!r} is both a state field and an operation")
+            defaults[name] = value
+        fields[name] = annotation
+
+
+def _collect_members(
+    cls: type,
+    klass: type,
+    base_names: set[str],
+    operations: dict[str, Operation],
+    payloads: dict[str, Callable[..., Any]],
+) -> None:
+    """The operations, payloads and hooks ``klass`` defines; a bare mutable is refused."""
+    for name, member in klass.__dict__.items():
+        if name.startswith("_") or name in getattr(klass, "__annotations__", {}):
+            continue
+        if isinstance(member, staticmethod | classmethod | property):
+            continue
+        if not inspect.isfunction(member):
+            if isinstance(member, _MUTABLE) and name not in base_names:
                 raise _fail(
                     cls,
                     f"{name!r} holds a mutable value but has no annotation: annotate it to "
                     "make it durable state, or mark it ClassVar",
                 )
-    clash = set(fields) & set(operations)
-    if clash:
-        raise _fail(cls, f"{sorted(clash)} are both state fields and operations")
-    for name in fields:
-        operations.pop(name, None)
+            continue
+        if name in HOOK_NAMES:
+            _check_hook(cls, name, member)
+        elif is_payload(member):
+            payloads[name] = member
+            operations.pop(name, None)
+        else:
+            _check_operation_name(cls, name, base_names)
+            operations[name] = _build_operation(cls, name, member)
+
+
+def _check_operation_name(cls: type, name: str, base_names: set[str]) -> None:
+    if name in RESERVED_NAMES or name in base_names:
+        raise _fail(cls, f"{name!r} is reserved and cannot be an operation")
+    if len(name) > MAX_OPERATION_LENGTH:
+        raise _fail(
+            cls,
+            f"operation name {name[:20]}... is {len(name)} characters; the "
+            f"database stores at most {MAX_OPERATION_LENGTH}",
+        )
+
+
+def _state_of(
+    cls: type, fields: Mapping[str, Any], defaults: Mapping[str, Any]
+) -> tuple[TypeAdapter[Any], Any]:
+    """The state's validator and its default state as JSON data, or InvalidActorDefinition."""
     try:
         state = _adapter(
             _typed_dict(f"{cls.__name__}State", {k: Required[v] for k, v in fields.items()})
@@ -533,16 +586,7 @@ def build_definition(cls: type, base: type) -> ActorDefinition:
         raise _fail(cls, f"state annotations cannot be stored as JSON: {exc}") from None
     except (ValidationError, PydanticSerializationError, InvalidArguments) as exc:
         raise _fail(cls, f"default state is not valid JSON state: {exc}") from None
-    return ActorDefinition(
-        cls=cls,
-        actor_type=actor_type,
-        state_version=version,
-        migrations=dict(migrations),
-        defaults=defaults,
-        state=state,
-        operations=operations,
-        observables=build_observables(cls, getattr(cls, "observables", ()), normalized, payloads),
-    )
+    return state, normalized
 
 
 def resolve_operation(definition: ActorDefinition, name: str) -> Operation:

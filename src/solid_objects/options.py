@@ -135,18 +135,30 @@ class Options:
         return options
 
     def validate(self) -> None:
-        """Refuse out-of-range or inconsistent values with a ``ConfigurationError``."""
-        def positive(name: str, *, integer: bool = False, zero: bool = False) -> None:
-            value = getattr(self, name)
-            kinds = (int,) if integer else (int, float)
-            if isinstance(value, bool) or not isinstance(value, kinds):
-                kind = "an int" if integer else "a number"
-                raise ConfigurationError(f"{name} must be {kind}, not {value!r}")
-            if not math.isfinite(value):  # NaN passes every comparison; inf overflows ms
-                raise ConfigurationError(f"{name} must be a finite number, not {value!r}")
-            if value < 0 or (value == 0 and not zero):
-                raise ConfigurationError(f"{name} must be {'>= 0' if zero else '> 0'}, not {value}")
+        """Refuse out-of-range or inconsistent values with a ``ConfigurationError``.
 
+        One step per kind of rule: durations, per-type seconds, counts, policies and
+        flags, names.
+        """
+        self._check_durations()
+        self._check_seconds_by_type()
+        self._check_counts()
+        self._check_policies_and_flags()
+        self._check_names()
+
+    def _positive(self, name: str, *, integer: bool = False, zero: bool = False) -> None:
+        """``name`` is a finite number (an int if ``integer``), > 0 (>= 0 with ``zero``)."""
+        value = getattr(self, name)
+        kinds = (int,) if integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            kind = "an int" if integer else "a number"
+            raise ConfigurationError(f"{name} must be {kind}, not {value!r}")
+        if not math.isfinite(value):  # NaN passes every comparison; inf overflows ms
+            raise ConfigurationError(f"{name} must be a finite number, not {value!r}")
+        if value < 0 or (value == 0 and not zero):
+            raise ConfigurationError(f"{name} must be {'>= 0' if zero else '> 0'}, not {value}")
+
+    def _check_durations(self) -> None:
         for name in (
             "lease_duration",
             "call_timeout",
@@ -158,9 +170,14 @@ class Options:
             "effect_timeout",
             "retention_interval",
         ):
-            positive(name)
-        if self.retention is not None:
-            positive("retention")
+            self._positive(name)
+        for name in ("retention", "max_activation_seconds", "unhandled_effect_timeout"):
+            if getattr(self, name) is not None:  # None: no bound
+                self._positive(name)
+        if self.lease_duration < 0.05:
+            raise ConfigurationError("lease_duration must be at least 0.05 seconds")
+
+    def _check_seconds_by_type(self) -> None:
         for name in ("retention_by_type", "state_ttl"):
             for actor_type, seconds in (getattr(self, name) or {}).items():
                 try:
@@ -177,15 +194,12 @@ class Options:
                         f"{name}[{actor_type!r}] must be a positive number of seconds, "
                         f"not {seconds!r}"
                     )
-        if self.pool_size is not None:
-            positive("pool_size", integer=True)
-        if self.max_mailbox_length is not None:
-            positive("max_mailbox_length", integer=True)
-        if self.max_activation_seconds is not None:
-            positive("max_activation_seconds")
-        if self.unhandled_effect_timeout is not None:
-            positive("unhandled_effect_timeout")
-        positive("workers", integer=True, zero=True)
+
+    def _check_counts(self) -> None:
+        for name in ("pool_size", "max_mailbox_length"):
+            if getattr(self, name) is not None:  # None: the default pool, no bound
+                self._positive(name, integer=True)
+        self._positive("workers", integer=True, zero=True)
         for name in (
             "max_attempts",
             "max_turns_per_activation",
@@ -195,13 +209,13 @@ class Options:
             "effect_workers",
             "effect_max_attempts",
         ):
-            positive(name, integer=True)
+            self._positive(name, integer=True)
         for name in ("workers", "effect_workers", "pool_size"):
             count = getattr(self, name)
             if count is not None and count > _MAX_THREADS:
                 raise ConfigurationError(f"{name} must be at most {_MAX_THREADS}, not {count}")
-        if self.lease_duration < 0.05:
-            raise ConfigurationError("lease_duration must be at least 0.05 seconds")
+
+    def _check_policies_and_flags(self) -> None:
         check_policies(
             {option_name(kind): getattr(self, option_name(kind)) for kind in KINDS},
             allow_async=True,
@@ -210,6 +224,8 @@ class Options:
             raise ConfigurationError(f"allow_reset must be True or False, not {self.allow_reset!r}")
         if self.sqlite_synchronous not in ("NORMAL", "FULL"):
             raise ConfigurationError("sqlite_synchronous must be 'NORMAL' or 'FULL'")
+
+    def _check_names(self) -> None:
         if self.wakeup_url is not None and not re.match(
             r"(redis|rediss|unix)://", str(self.wakeup_url)
         ):
