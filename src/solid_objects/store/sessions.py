@@ -1,0 +1,165 @@
+"""Proof from the database (or the host) that a process is gone, not merely late.
+
+A worker holds a *session mark* on a dedicated connection for as long as it
+runs: a session-level advisory lock (PostgreSQL) or a named lock (MySQL,
+MariaDB). The server drops the mark the moment that session ends, so a peer
+that finds a registered process's mark free knows the process (or at least its
+session) is gone and can recover it without waiting for the heartbeat to
+expire. SQLite has no server: :func:`pid_gone` asks the host instead.
+
+The mark is evidence for speed, never for safety: recovering a process takes
+its leases away (new token), so a holder that is in fact alive has its commit
+refused by the lease fence, exactly as after a missed heartbeat.
+
+What the mark cannot see: behind PgBouncer in transaction mode a session lock
+lands on a pooled server connection that is not this process's (``hold``
+cannot prove it holds the mark, so the process does not claim one and peers
+fall back to the heartbeat); on Galera ``GET_LOCK`` is node-local, so a peer on
+another node sees every mark free (use the heartbeat there).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine
+
+#: MySQL/MariaDB lock names are at most 64 characters.
+_NAME_MAX = 64
+
+
+def mark_name(prefix: str, owner: str) -> str:
+    """The lock name of ``owner``'s mark (scoped by the table prefix)."""
+    return f"solid:{prefix}{owner}"[:_NAME_MAX]
+
+
+_PG_KEY = "hashtextextended(:name, 0)"
+#: A bigint advisory key is stored in pg_locks as classid (high) and objid (low).
+_PG_HELD = (
+    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
+    f"AND ((classid::bigint << 32) | objid::bigint) = {_PG_KEY}"
+)
+
+
+class SessionMark:
+    """This process's mark, held on a connection of its own until :meth:`release`."""
+
+    def __init__(self, engine: Engine, family: str, name: str) -> None:
+        self.engine = engine
+        self.family = family
+        self.name = name
+        self._conn: Connection | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._conn is not None
+
+    def hold(self) -> bool:
+        """Take the mark; False where the database cannot give one (SQLite) or the
+        session it lands on is not provably this process's own."""
+        if self.family not in ("postgresql", "mysql") or self._conn is not None:
+            return self._conn is not None
+        conn = self.engine.connect()
+        try:
+            if self.family == "postgresql":
+                got = conn.execute(
+                    text(f"SELECT pg_try_advisory_lock({_PG_KEY})"), {"name": self.name}
+                ).scalar()
+                # a pooler in transaction mode: the lock is not visible to this session
+                mine = conn.execute(
+                    text(_PG_HELD + " AND pid = pg_backend_pid()"), {"name": self.name}
+                ).first()
+                ok = bool(got) and mine is not None
+            else:
+                got = conn.execute(text("SELECT GET_LOCK(:name, 0)"), {"name": self.name}).scalar()
+                mine = conn.execute(
+                    text("SELECT IS_USED_LOCK(:name) = CONNECTION_ID()"), {"name": self.name}
+                ).scalar()
+                ok = got == 1 and bool(mine)
+            conn.commit()
+        except BaseException:
+            conn.invalidate()
+            conn.close()
+            raise
+        if not ok:
+            conn.invalidate()
+            conn.close()
+            return False
+        self._conn = conn
+        return True
+
+    def session_id(self) -> int | None:
+        """The server's id of the session holding the mark (backend pid, connection id)."""
+        if self._conn is None:
+            return None
+        sql = "SELECT pg_backend_pid()" if self.family == "postgresql" else "SELECT CONNECTION_ID()"
+        value = self._conn.execute(text(sql)).scalar()
+        self._conn.commit()
+        return None if value is None else int(value)
+
+    def release(self) -> None:
+        """Drop the mark by closing its session (the server frees the lock)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.invalidate()
+            conn.close()
+
+
+def marks_free(conn: Any, family: str, names: Sequence[str]) -> list[str]:
+    """Of ``names``, those whose mark no session holds (their holder is gone)."""
+    free: list[str] = []
+    for name in names:
+        if family == "postgresql":
+            held = conn.execute(text(_PG_HELD), {"name": name}).first() is not None
+        elif family == "mysql":
+            held = conn.execute(text("SELECT IS_USED_LOCK(:name)"), {"name": name}).scalar()
+            held = held is not None
+        else:
+            continue
+        if not held:
+            free.append(name)
+    return free
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The start time of ``pid`` in clock ticks since boot (Linux), None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X"):  # a zombie has exited: only its exit status is left
+        return -1
+    return int(fields[19])
+
+
+def process_start_ms(pid: int) -> int | None:
+    """Wall-clock start of ``pid`` in ms (Linux), None if unknown."""
+    ticks = _start_ticks(pid)
+    if ticks is None or ticks < 0:
+        return ticks
+    try:
+        with open("/proc/uptime", "rb") as f:
+            uptime = float(f.read().split()[0])
+        boot = time.time() - uptime
+        return int((boot + ticks / os.sysconf("SC_CLK_TCK")) * 1000)
+    except (OSError, ValueError):
+        return None
+
+
+def pid_gone(pid: int, registered_ms: int, *, slack_ms: int = 2000) -> bool:
+    """True if process ``pid`` on this host is gone: no such pid, or the pid was
+    reused by a process started after ``registered_ms`` (the registry row's start)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    started = process_start_ms(pid)
+    return started is not None and (started < 0 or started > registered_ms + slack_ms)
