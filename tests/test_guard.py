@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
-from solid_objects import Actor, Runtime
+from solid_objects import Actor, Runtime, guard
 from solid_objects.engine.actions import CommitContext
 from solid_objects.errors import ConfigurationError, MessageFailed
 
@@ -235,3 +235,16 @@ def test_writes_hidden_in_a_select_are_refused(
         with app.connect() as conn:
             assert conn.execute(text("SELECT to_regclass('app_copy')")).scalar() is None
             assert conn.execute(text("SELECT last_value FROM app_seq")).scalar() == 1
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "SELECT note FROM app_log WHERE note LIKE '%walked into the room%'",
+        "SELECT note FROM app_log WHERE note = 'please update me'",
+        'SELECT note AS "into" FROM app_log',
+    ],
+)
+def test_words_inside_quoted_strings_do_not_make_a_read_a_write(statement: str) -> None:
+    assert guard.is_read(statement)
+    assert not guard.is_read("SELECT note INTO app_copy FROM app_log")

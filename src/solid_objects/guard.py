@@ -32,9 +32,11 @@ _READ = re.compile(r"\s*(SELECT|SHOW|EXPLAIN|DESCRIBE|PRAGMA\s+\w+\s*$|WITH\b)",
 #: table on PostgreSQL, a file or variables on MySQL); ``setval``/``nextval`` change a
 #: sequence from a ``SELECT``. The server's read-only session catches what text hides.
 _MODIFIES = re.compile(
-    r"\b(INSERT|UPDATE|DELETE|MERGE|REPLACE|INTO)\b|\b(setval|nextval|lastval)\s*\(",
+    r"\b(INSERT|UPDATE|DELETE|MERGE|REPLACE|INTO)\b|\b(setval|nextval)\s*\(",
     re.IGNORECASE,
 )
+#: Quoted strings and identifiers: their words are data, not the statement's verbs.
+_QUOTED = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|`[^`]*`")
 
 
 @contextmanager
@@ -63,7 +65,8 @@ def scope() -> tuple[str, Any] | None:
 
 
 def is_read(statement: str) -> bool:
-    return bool(_READ.match(statement)) and not _MODIFIES.search(statement)
+    """A statement that only reads, judged by its words outside quoted strings."""
+    return bool(_READ.match(statement)) and not _MODIFIES.search(_QUOTED.sub("''", statement))
 
 
 def refuse_escaping_writes(

@@ -446,6 +446,7 @@ class Session:
                 try:
                     await self.handle(text)
                 except ProtocolError as exc:
+                    log.info("refused a realtime frame (%s): %s", exc.code, exc.message)
                     self.offer(_error(exc.ref, exc.code, exc.message))
         except (WebSocketDisconnect, RuntimeError):  # closed under us (RuntimeError: by us)
             pass
