@@ -48,8 +48,8 @@ class Jammed(Actor):
     items: list[str] = []
 
     def store(self, item: str) -> None:
-        if item == "bad":
-            raise InvalidArguments("the safe is jammed")
+        if "bad" in item:
+            raise InvalidArguments(f"the safe is jammed by {item}")
         self.items.append(item)
 
 
@@ -147,6 +147,44 @@ def test_a_dead_letter_is_acted_on_from_every_view_and_the_retry_is_traced(
     entry = page.locator("tr", has_text="dead_letters.retry")
     entry.locator("summary").click()
     expect(entry.locator("pre.detail")).to_be_visible()
+
+
+def test_a_traceback_is_folded_where_its_error_is_escaped_and_stays_open_across_refreshes(
+    rt: Runtime, served: str, open_as: Callable[[str | None], Watched]
+) -> None:
+    rt.ref(Flaky, "f1").poke.send()
+    rt.ref(Flaky, "f2").announce.send()
+    rt.ref(Jammed, "j1").store.send(item="<b>bad</b>")
+    rt.testing.drain()
+    page = open_as("ops:alice").page
+    where = {
+        "/dead-letters": "in store",
+        "/retrying": "in poke",
+        "/effects?status=retrying": "in notify",
+        "/actors/Flaky/f1": "in poke",  # the failing head message in the mailbox
+        "/actors/Jammed/j1": "in store",
+    }
+    for path, frame in where.items():
+        page.goto(served + path)
+        fold = page.locator("details.traceback").first
+        trace = fold.locator("pre.traceback")
+        expect(trace).to_be_hidden()  # folded: the tables stay readable
+        fold.locator("summary").click()
+        expect(trace).to_be_visible()
+        expect(trace).to_contain_text("test_dashboard_on_call.py")
+        expect(trace).to_contain_text(frame)
+    page.goto(served + "/dead-letters")
+    page.locator("details.traceback summary").first.click()
+    expect(page.locator("pre.traceback").first).to_contain_text("<b>bad</b>")
+    assert page.locator("pre.traceback b").count() == 0  # shown as text, not markup
+    # The actor page refreshes itself; an opened traceback stays open through it.
+    page.goto(served + "/actors/Flaky/f1")
+    page.locator("details.traceback summary").first.click()
+    page.evaluate(
+        "() => new Promise(r => document.body.addEventListener("
+        "'htmx:afterSettle', () => r(true), {once: true}))"
+    )
+    expect(page.locator("pre.traceback").first).to_be_visible()
 
 
 def test_the_admin_api_behind_those_views(make_runtime: Callable[..., Runtime]) -> None:

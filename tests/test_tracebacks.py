@@ -229,6 +229,7 @@ def test_the_dashboard_shows_the_traceback_escaped_where_the_error_is(rt: Runtim
             for path in ("/dead-letters", "/actors/Acct/d"):
                 page.goto(base + path)
                 trace = page.locator("pre.traceback").first
+                page.locator("details.traceback summary").first.click()  # folded until asked
                 expect(trace).to_be_visible()
                 expect(trace).to_contain_text(WHERE)
                 expect(trace).to_contain_text("KeyError: '<b>missing</b>'")
