@@ -178,11 +178,17 @@ def lock_waiters(url: str) -> int:
                         "WHERE n.nspname = current_schema())"
                     ).scalar_one()
                 )
+            # MariaDB 10.11 at times lists no innodb_trx row for a transaction whose first
+            # statement waits for a row lock (seen: an UPDATE "Updating" for 5 s, absent
+            # there), so a write statement running for a second or more counts too.
             return int(
                 conn.exec_driver_sql(
-                    "SELECT COUNT(*) FROM information_schema.innodb_trx "
-                    "WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id IN "
-                    "(SELECT id FROM information_schema.processlist WHERE db = DATABASE())"
+                    "SELECT COUNT(*) FROM information_schema.processlist "
+                    "WHERE db = DATABASE() AND command = 'Query' AND id <> CONNECTION_ID() "
+                    "AND (id IN (SELECT trx_mysql_thread_id FROM information_schema.innodb_trx "
+                    "WHERE trx_state = 'LOCK WAIT') "
+                    "OR (time >= 1 AND (info LIKE 'UPDATE %%' OR info LIKE 'INSERT %%' "
+                    "OR info LIKE 'DELETE %%' OR info LIKE 'SELECT %%FOR UPDATE%%')))"
                 ).scalar_one()
             )
     finally:
