@@ -31,7 +31,7 @@ from .dialect import Dialect
 from .notices import KEY_NAME, new_secret
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 
 def _ident(length: int) -> String:
@@ -219,8 +219,17 @@ def build_metadata(prefix: str) -> MetaData:
         # Stale once the database clock passes this without a new heartbeat.
         Column("expires_at", BigInteger, nullable=False),
         Column("stopped_at", BigInteger, nullable=True),
-        # drained (a clean stop) | stale (found dead) | released (by an operator)
+        # drained (a clean stop) | stale (found dead) | released (by an operator) |
+        # gone (its database session ended, or its pid is gone)
         Column("stop_reason", String(16), nullable=True),
+        # How a peer proves the process gone before its heartbeat expires (schema 13):
+        # ``lock:<name>`` (a session lock the server frees when the session ends) or
+        # ``pid:<boot id>:<pid namespace>`` (SQLite: the pid, on the same host); NULL:
+        # only the heartbeat tells.
+        Column("session_mark", String(255), nullable=True),
+        # JSON {actor type: {"operations": [...], "state_version": n}}: what the code of
+        # the process can run (schema 13; NULL: an older process, it runs what it knows).
+        Column("capabilities", _big_text(), nullable=True),
         Index(f"{prefix}processes_expiry", "stopped_at", "expires_at"),
     )
     Table(
@@ -387,6 +396,24 @@ def _migrate_to_12(conn: Connection, md: MetaData) -> None:
             conn.execute(text(f"ALTER TABLE {table} ADD COLUMN traceback {kind} NULL"))
 
 
+def _migrate_to_13(conn: Connection, md: MetaData) -> None:
+    """Fast takeover and rolling deploys: ``processes.session_mark`` (how a peer proves
+    the process gone) and ``processes.capabilities`` (what its code can run).
+
+    Rows written before it have NULL in both: such a process is recovered by its
+    heartbeat alone, and is taken to run every operation of the types it serves.
+    """
+    from sqlalchemy import inspect
+
+    table = f"{md.info['prefix']}processes"
+    columns = {c["name"] for c in inspect(conn).get_columns(table)}
+    if "session_mark" not in columns:
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN session_mark VARCHAR(255) NULL"))
+    if "capabilities" not in columns:
+        kind = "LONGTEXT" if conn.dialect.name in ("mysql", "mariadb") else "TEXT"
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN capabilities {kind} NULL"))
+
+
 def _insert_notice_key(conn: Connection, prefix: str) -> None:
     found = conn.execute(
         text(f"SELECT 1 FROM {prefix}secrets WHERE name = :n"), {"n": KEY_NAME}
@@ -412,6 +439,7 @@ MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_10,
     _migrate_to_11,
     _migrate_to_12,
+    _migrate_to_13,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
