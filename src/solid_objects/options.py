@@ -25,6 +25,10 @@ class Options:
 
     #: Seconds an activation lease lasts without renewal; a stalled worker loses it after this.
     lease_duration: float = 30.0
+    #: Seconds between a worker process's checks for peers the database proves gone
+    #: (their session ended: killed, crashed, cut off). Their leases and effect claims
+    #: are taken over then, not at lease expiry (None: only the heartbeat tells).
+    takeover_interval: float | None = 1.0
     #: In-process worker threads; 0 makes a caller-only process that relies on other workers.
     workers: int = 4
     #: Default seconds a call waits for its committed result.
@@ -171,7 +175,12 @@ class Options:
             "retention_interval",
         ):
             self._positive(name)
-        for name in ("retention", "max_activation_seconds", "unhandled_effect_timeout"):
+        for name in (
+            "retention",
+            "max_activation_seconds",
+            "unhandled_effect_timeout",
+            "takeover_interval",
+        ):
             if getattr(self, name) is not None:  # None: no bound
                 self._positive(name)
         if self.lease_duration < 0.05:

@@ -219,6 +219,20 @@ class Poller:
             pool.instrument.lease_lost(act.actor_type, act.actor_id)
         return len(idle) + len(recovered) + self._expire_unhandled()
 
+    def recover_gone(self) -> int:
+        """Take over the leases and effect claims of peers the database proves gone
+        (see ``engine.presence``): how many peers were recovered."""
+        presence = self.pool.presence
+        with self.store.read() as tx:
+            gone = presence.gone_peers(tx)
+        if not gone:
+            return 0
+        recovered = self.store.transact(presence.recover_gone(gone))
+        presence.log_gone(recovered)
+        for owner, _, _ in recovered:
+            self.pool.instrument.process_event("gone", owner)
+        return len(recovered)
+
     def _expire_unhandled(self) -> int:
         """Now and then (a tenth of ``unhandled_effect_timeout``, at most every minute),
         kill the effects no live process handled for that long (``EffectRunner``)."""
@@ -276,6 +290,8 @@ class Poller:
         interval = _MIN_POLL
         renew_every = self.options.lease_duration / 3
         next_maintenance = time.monotonic() + renew_every
+        takeover_every = self.options.takeover_interval
+        next_takeover = time.monotonic() + (takeover_every or 0.0)
         failures = 0
         while not pool.stopping:
             found = 0
@@ -289,6 +305,9 @@ class Poller:
                     found += self.maintain()
                     next_maintenance = time.monotonic() + renew_every
                     self.retention.start_if_due()
+                if takeover_every is not None and time.monotonic() >= next_takeover:
+                    next_takeover = time.monotonic() + takeover_every
+                    found += self.recover_gone()
                 if not found:
                     found, sleep = self._due_work()
                 if failures:
@@ -313,6 +332,8 @@ class Poller:
                 continue
             interval = min(interval * 2, self.options.poll_interval)
             sleep = min(sleep, interval, next_maintenance - time.monotonic())
+            if takeover_every is not None:
+                sleep = min(sleep, next_takeover - time.monotonic())
             self._wake.wait(max(sleep, _MIN_POLL if failures else 0.0))
             self._wake.clear()
 

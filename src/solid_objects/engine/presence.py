@@ -6,6 +6,13 @@ process whose row expired more than one lease duration ago is recovered by
 whichever live process notices first: its leases and effect claims go back to
 the pool at once (they would expire anyway; the fence makes this safe even if
 the process is only paused).
+
+That takes a lease and more after a crash. Faster, the database itself says
+when a process is gone: each process holds a *session mark* (see
+``store.sessions``) and names it in its row; a peer that finds the mark free, or
+on SQLite finds the pid gone on the same host, recovers the process within
+``takeover_interval``. A paused or slow process keeps its session, so its mark
+stays held and only its heartbeat can expire it.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from collections.abc import Callable
 from ..options import Options
 from ..registry import Registry
 from ..store import Store, Tx
+from ..store.sessions import host_identity
 
 log = logging.getLogger("solid_objects.processes")
 
@@ -68,6 +76,24 @@ class Presence:
         #: The types and effect names written in this process's row at its last
         #: registration.
         self._published: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+        #: Held from the first registration to :meth:`close` (servers only).
+        self.mark = store.session_mark(owner)
+        #: Peers on this host with the same identity see each other's pids (SQLite).
+        self.host_identity = host_identity() if store.dialect.family == "sqlite" else None
+        #: The ``session_mark`` written in the row at its last registration.
+        self._mark_published: str | None = None
+
+    def _session_mark(self) -> str | None:
+        """What to write as ``session_mark``: a lock this process holds, its host, or
+        None (a pooler or Galera: the heartbeat alone tells)."""
+        if self.host_identity is not None:
+            return f"pid:{self.host_identity}"
+        try:
+            held = self.mark.held or self.mark.hold()
+        except Exception:
+            log.warning("could not take this process's session mark", exc_info=True)
+            held = False
+        return f"lock:{self.mark.name}" if held else None
 
     def register(self, tx: Tx) -> None:
         from .. import __version__
@@ -83,16 +109,68 @@ class Presence:
             actor_types=json.dumps(list(types)),
             effect_names=json.dumps(list(effects)),
             ttl_ms=self.ttl_ms,
+            session_mark=(mark := self._session_mark()),
         )
         self._published = (types, effects)
+        self._mark_published = mark
 
     def beat(self, tx: Tx) -> None:
         """Renew the row; register again if it is gone (pruned, or the tables reinstalled),
         or if this process serves other types or effects now (a class defined after the
         start)."""
         published = (self.registry.types(), self.effect_names())
-        if published != self._published or not self.store.heartbeat(tx, self.owner, self.ttl_ms):
+        if (
+            published != self._published
+            or not self.mark_intact()
+            or not self.store.heartbeat(tx, self.owner, self.ttl_ms)
+        ):
             self.register(tx)
+
+    def mark_intact(self) -> bool:
+        """Whether the mark named in the row is still this process's (a dropped
+        connection frees it: peers then recover this process, which re-registers)."""
+        if self._mark_published is None or not self._mark_published.startswith("lock:"):
+            return True
+        return self.mark.alive()
+
+    def gone_peers(self, tx: Tx) -> list[str]:
+        """Peers the database (or this host) proves gone. None while this process's own
+        mark is lost: the server may have restarted, and every mark with it."""
+        if self._mark_published is None or not self.mark_intact():
+            return []
+        return self.store.gone_processes(
+            tx, owner=self.owner, host_identity=self.host_identity, limit=_RECOVER_BATCH
+        )
+
+    def recover_gone(self, owners: list[str]) -> Callable[[Tx], list[tuple[str, int, int]]]:
+        """A transaction body recovering ``owners`` (those not already stopped)."""
+
+        def body(tx: Tx) -> list[tuple[str, int, int]]:
+            recovered = []
+            for owner in owners:
+                released = self.store.recover_gone_process(tx, owner)
+                if released is not None:
+                    recovered.append((owner, *released))
+            return recovered
+
+        return body
+
+    @staticmethod
+    def log_gone(recovered: list[tuple[str, int, int]]) -> None:
+        for owner, leases, claims in recovered:
+            log.warning(
+                "process %s is gone (its database session ended, or its pid); released "
+                "its %d leases and %d effect claims",
+                owner,
+                leases,
+                claims,
+                extra={"solid_action": "process_gone", "solid_process": owner},
+            )
+
+    def close(self) -> None:
+        """Drop the session mark (after the row says stopped)."""
+        self.mark.release()
+        self._mark_published = None
 
     def warn_unserved(self, tx: Tx) -> None:
         """Say at start what will not run: no types here, ambiguous ones, orphaned work."""

@@ -171,6 +171,7 @@ class WorkerPool(DirectTurns, CommitsApart):
         self._threads.clear()
         self.running = False
         released = self.release_all()
+        self.presence.close()
         if released is not None:
             shutdown_log.info(
                 "leases released: %d; %s is stopped in the registry",

@@ -39,8 +39,9 @@ OUTCOMES = ("completed", "rejected", "retry", "dead", "lease_lost", "commit_fail
 #: What a committed turn did to one of its reminders (see :class:`ReminderChange`).
 REMINDER_EVENTS = ("scheduled", "replaced", "unchanged", "cancelled")
 
-#: What happened to a process: this one started or stopped, or a stale peer was recovered.
-PROCESS_EVENTS = ("started", "stopped", "stale")
+#: What happened to a process: this one started or stopped, or a stale peer (no
+#: heartbeat) or a gone one (its session ended) was recovered.
+PROCESS_EVENTS = ("started", "stopped", "stale", "gone")
 
 _worker_log = logging.getLogger("solid_objects.worker")
 _processes_log = logging.getLogger("solid_objects.processes")
@@ -196,7 +197,8 @@ class Instrumentation:
 
     def process_event(self, event: str, owner: str) -> None:
         """A process (by its lease ``owner``) ``started`` or ``stopped`` running workers
-        here, or a ``stale`` peer (no heartbeat) was recovered by this process."""
+        here, or this process recovered a ``stale`` peer (no heartbeat) or a ``gone``
+        one (its database session ended, or its pid)."""
 
 
 class LogEvents(Instrumentation):
@@ -300,8 +302,8 @@ class LogEvents(Instrumentation):
                 )
 
     def process_event(self, event: str, owner: str) -> None:
-        # Starting and recovering a stale peer are logged where they happen (INFO
-        # ``workers_started``, WARNING ``process_recovered``).
+        # Starting and recovering a peer are logged where they happen (INFO
+        # ``workers_started``, WARNING ``process_recovered`` and ``process_gone``).
         if event == "stopped":
             _processes_log.info(
                 "process %s stopped: its leases were released",

@@ -17,11 +17,15 @@ marks the row stopped.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .dialect import Tx
+from sqlalchemy.engine import Engine
+
+from .dialect import Dialect, Tx
+from .notices import WAKE
+from .sessions import SessionMark, held_sql, mark_name, pid_gone
 
 _COLS = (
     "owner, host, pid, version, actor_types, started_at, heartbeat_at, expires_at, stopped_at, "
@@ -31,6 +35,8 @@ _COLS = (
 
 #: ``stop_reason`` of a process that is not stopped yet: ``stop()`` is draining it.
 DRAINING = "draining"
+#: ``stop_reason`` of a process a peer proved gone by its session mark or its pid.
+GONE = "gone"
 
 
 @dataclass(slots=True)
@@ -71,6 +77,9 @@ class ProcessStatements:
     """Mixin: statements over ``{processes}`` (and the leases and claims it names)."""
 
     prefix: str
+    engine: Engine
+    dialect: Dialect
+    notify: Callable[[Tx, str], None]
 
     def _proc(self, template: str) -> str:
         return template.replace("{processes}", f"{self.prefix}processes")
@@ -86,9 +95,11 @@ class ProcessStatements:
         actor_types: str,
         ttl_ms: int,
         effect_names: str = "[]",
+        session_mark: str | None = None,
     ) -> None:
         """Insert the process row, or bring a stopped one back (a restarted runtime)."""
         params = {
+            "mark": session_mark,
             "owner": owner,
             "host": host[:255],
             "pid": pid,
@@ -100,7 +111,7 @@ class ProcessStatements:
         revived = tx.run(
             self._proc(
                 "UPDATE {processes} SET actor_types = :types, effect_names = :effects, "
-                "heartbeat_at = {now}, "
+                "session_mark = :mark, heartbeat_at = {now}, "
                 "expires_at = {now} + :ttl, stopped_at = NULL, stop_reason = NULL "
                 "WHERE owner = :owner"
             ),
@@ -110,8 +121,9 @@ class ProcessStatements:
             tx.run(
                 self._proc(
                     "INSERT INTO {processes} (owner, host, pid, version, actor_types, "
-                    "effect_names, started_at, heartbeat_at, expires_at) VALUES (:owner, "
-                    ":host, :pid, :version, :types, :effects, {now}, {now}, {now} + :ttl)"
+                    "effect_names, session_mark, started_at, heartbeat_at, expires_at) "
+                    "VALUES (:owner, :host, :pid, :version, :types, :effects, :mark, {now}, "
+                    "{now}, {now} + :ttl)"
                 ),
                 params,
             )
@@ -266,6 +278,49 @@ class ProcessStatements:
             )
         ]
 
+    def session_mark(self, owner: str) -> SessionMark:
+        """The session mark ``owner`` holds while it runs (see ``store.sessions``)."""
+        return SessionMark(self.engine, self.dialect.family, mark_name(self.prefix, owner))
+
+    def gone_processes(
+        self, tx: Tx, *, owner: str, host_identity: str | None, limit: int
+    ) -> list[str]:
+        """Unstopped peers of ``owner`` proved gone: their session mark is free (no
+        session holds it), or, on this host, their pid is gone or was reused.
+
+        A peer with no mark, or one on another host, is never here: its heartbeat tells.
+        """
+        held = held_sql(self.dialect.family)
+        gone: list[str] = []
+        for peer, pid, started_at, mark in tx.rows(
+            self._proc(
+                "SELECT owner, pid, started_at, session_mark FROM {processes} "
+                "WHERE stopped_at IS NULL AND session_mark IS NOT NULL AND owner <> :owner "
+                "ORDER BY owner LIMIT :limit"
+            ),
+            {"owner": owner, "limit": limit},
+        ):
+            kind, _, value = str(mark).partition(":")
+            if kind == "lock" and held is not None:
+                row = tx.row(held, {"name": value})
+                if row is None or row[0] is None:
+                    gone.append(str(peer))
+            elif kind == "pid" and host_identity is not None and value == host_identity:
+                if pid_gone(int(pid), int(started_at)):
+                    gone.append(str(peer))
+        return gone
+
+    def recover_gone_process(self, tx: Tx, owner: str) -> tuple[int, int] | None:
+        """:meth:`recover_process` for a peer proved gone, unless another peer (or the
+        process's own clean stop) stopped it first: None then. Wakes the pollers of
+        every process, so the released actors are claimed at once."""
+        if not self.mark_stopped(tx, owner, GONE):
+            return None
+        released = self._release_holdings(tx, owner)
+        if released[0]:
+            self.notify(tx, WAKE)
+        return released
+
     def recover_process(self, tx: Tx, owner: str, reason: str) -> tuple[int, int]:
         """Mark a process stopped; hand its leases and effect claims back now.
 
@@ -274,6 +329,9 @@ class ProcessStatements:
         (leases, effect claims) released.
         """
         self.mark_stopped(tx, owner, reason)
+        return self._release_holdings(tx, owner)
+
+    def _release_holdings(self, tx: Tx, owner: str) -> tuple[int, int]:
         leases = tx.run(
             "UPDATE {actors} SET lease_owner = NULL, lease_token = NULL, "
             "lease_expires_at = NULL, ready_at = CASE WHEN next_seq > done_seq + 1 "

@@ -45,6 +45,12 @@ _PG_HELD = (
 )
 
 
+def _galera(conn: Connection) -> bool:
+    """Whether this MySQL/MariaDB server replicates with Galera (``wsrep_on``)."""
+    row = conn.execute(text("SHOW VARIABLES LIKE 'wsrep_on'")).first()
+    return row is not None and str(row[1]).upper() == "ON"
+
+
 class SessionMark:
     """This process's mark, held on a connection of its own until :meth:`release`."""
 
@@ -74,6 +80,8 @@ class SessionMark:
                     text(_PG_HELD + " AND pid = pg_backend_pid()"), {"name": self.name}
                 ).first()
                 ok = bool(got) and mine is not None
+            elif _galera(conn):
+                ok = False  # GET_LOCK is node-local there: peers on other nodes see it free
             else:
                 got = conn.execute(text("SELECT GET_LOCK(:name, 0)"), {"name": self.name}).scalar()
                 mine = conn.execute(
@@ -109,20 +117,52 @@ class SessionMark:
             conn.close()
 
 
+    def alive(self) -> bool:
+        """Whether the mark's session still answers (a dropped connection lost it)."""
+        if self._conn is None:
+            return False
+        try:
+            self._conn.execute(text("SELECT 1")).scalar()
+            self._conn.commit()
+        except Exception:  # any failure of the session means the mark may be gone
+            self.release()
+            return False
+        return True
+
+
+def held_sql(family: str) -> str | None:
+    """A query with a ``:name`` parameter that returns a row whose first column is not
+    NULL while some session holds mark ``name``; None where marks do not exist."""
+    if family == "postgresql":
+        return _PG_HELD
+    if family == "mysql":
+        return "SELECT IS_USED_LOCK(:name)"
+    return None
+
+
 def marks_free(conn: Any, family: str, names: Sequence[str]) -> list[str]:
     """Of ``names``, those whose mark no session holds (their holder is gone)."""
+    sql = held_sql(family)
+    if sql is None:
+        return []
     free: list[str] = []
     for name in names:
-        if family == "postgresql":
-            held = conn.execute(text(_PG_HELD), {"name": name}).first() is not None
-        elif family == "mysql":
-            held = conn.execute(text("SELECT IS_USED_LOCK(:name)"), {"name": name}).scalar()
-            held = held is not None
-        else:
-            continue
-        if not held:
+        row = conn.execute(text(sql), {"name": name}).first()
+        if row is None or row[0] is None:
             free.append(name)
     return free
+
+
+def host_identity() -> str | None:
+    """This host's boot id and pid namespace (Linux), None if unknown: two processes
+    whose identities match see each other's pids, so one may prove the other gone."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot = f.read().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+    return f"{boot}:{namespace}"
 
 
 def _start_ticks(pid: int) -> int | None:
