@@ -34,7 +34,7 @@ from .authorization import (
     answer,
     option_name,
 )
-from .engine.presence import SERVE_ADVICE, unhandled_effects, unserved
+from .engine.presence import SERVE_ADVICE
 from .redaction import redact_url
 from .store.processes import DRAINING
 from .store.schema import SCHEMA_VERSION, installed_version
@@ -338,8 +338,8 @@ def _backlog(runtime: Runtime, checks: list[Check]) -> None:
     with store.read() as tx:
         _now, counts = store.status_counts(tx)
         orphans = store.orphan_counts(tx)
-        stranded = unserved(store, tx)
-        unhandled = unhandled_effects(store, tx)
+        stranded = store.unserved_type_counts(tx)
+        unhandled = store.unhandled_effect_counts(tx)
     stranded.pop(SolidObjectsDoctorProbe.actor_type, None)  # a probe of a doctor that died
     dead = sum(c.dead_letters for c in counts)
     dead_effects = sum(c.effects_dead for c in counts)

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
-
-from .store import MessageRow
 
 SenderKind = Literal["caller", "actor", "reminder", "effect"]
 
@@ -66,27 +64,4 @@ def decode_sender(stored: str | None) -> Sender:
         actor_type=doc.get("actor_type"),
         actor_id=doc.get("actor_id"),
         key=doc.get("key"),
-    )
-
-
-def _utc(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
-def message_info(message: MessageRow, attempt: int, now_ms: int) -> MessageInfo:
-    """Describe ``message``; ``now_ms`` stands in for times a direct turn has not written yet.
-
-    A direct turn runs before its row exists (the row is written with the commit), so
-    its enqueued and due times are this process's clock at the call.
-    """
-    enqueued = message.created_at if message.created_at is not None else now_ms
-    due = message.available_at if message.available_at > 0 else enqueued
-    return MessageInfo(
-        id=message.id,
-        operation=message.operation,
-        attempt=max(attempt, 1),
-        enqueued_at=_utc(enqueued),
-        due_at=_utc(due),
-        idempotency_key=message.idempotency_key,
-        sender=decode_sender(message.sender),
     )

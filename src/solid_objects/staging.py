@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from .codec import MAX_DELAY_SECONDS, check_identifier, encode_json
 from .errors import (
@@ -24,8 +24,25 @@ from .errors import (
     PayloadTooLarge,
     UnknownOperation,
 )
+from .writes import (
+    MAX_MESSAGES_PER_TURN,
+    CancelledReminder,
+    StagedAction,
+    StagedEffect,
+    StagedMessage,
+    StagedReminder,
+)
 
-__all__ = ["CallInsideTurn", "NotInTurn"]
+__all__ = [
+    "MAX_MESSAGES_PER_TURN",
+    "CallInsideTurn",
+    "CancelledReminder",
+    "NotInTurn",
+    "StagedAction",
+    "StagedEffect",
+    "StagedMessage",
+    "StagedReminder",
+]
 
 if TYPE_CHECKING:
     from .definition import ActorDefinition
@@ -52,58 +69,6 @@ def is_callback(idempotency_key: str | None) -> bool:
 
 
 _LIMIT = 1 << 20
-#: Messages one turn may stage: the staging index is the low part of a message's
-#: ``send_order`` (``store.outbox``), so it must not reach the next turn's.
-MAX_MESSAGES_PER_TURN = 1 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class StagedEffect:
-    id: str
-    name: str
-    arguments: str
-    on_success: str | None
-    on_failure: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class StagedReminder:
-    operation: str
-    key: str
-    arguments: str
-    #: Absolute due time (epoch ms), or None to use ``delay_ms`` from the commit's clock.
-    at_ms: int | None
-    delay_ms: int
-    every_ms: int | None
-    missed: Literal["latest", "all"]
-    #: A cron schedule instead of at/delay/every: the first due time is computed from
-    #: the commit's database clock.
-    cron: str | None = None
-    timezone: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class StagedMessage:
-    actor_type: str
-    actor_id: str
-    operation: str
-    arguments: str
-    idempotency_key: str | None
-    delay_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class StagedAction:
-    """A write to the application's own tables, run inside the turn's commit."""
-
-    name: str
-    arguments: str
-
-
-@dataclass(frozen=True, slots=True)
-class CancelledReminder:
-    operation: str
-    key: str
 
 
 @dataclass

@@ -41,24 +41,6 @@ SERVE_ADVICE = (
 )
 
 
-def unhandled_effects(store: Store, tx: Tx) -> dict[str, int]:
-    """Unfinished effects, by name, of the names no live process handles."""
-    pending = store.pending_effect_names(tx)
-    if not pending:
-        return {}
-    handled = store.handled_effect_names(tx)
-    return {name: n for name, n in pending.items() if name not in handled}
-
-
-def unserved(store: Store, tx: Tx) -> dict[str, int]:
-    """Waiting messages, by actor type, of the types no live process serves."""
-    backlog = store.backlog_types(tx)
-    if not backlog:
-        return {}
-    served = {t for types in store.served_types(tx).values() for t in types}
-    return {t: n for t, n in sorted(backlog.items()) if n > 0 and t not in served}
-
-
 class Presence:
     def __init__(
         self,
@@ -190,7 +172,7 @@ class Presence:
                 ", ".join(names),
                 extra={"solid_action": "ambiguous_actor_type", "actor_type": actor_type},
             )
-        for actor_type, count in unserved(self.store, tx).items():
+        for actor_type, count in self.store.unserved_type_counts(tx).items():
             log.warning(
                 "%d message(s) for actor type %r are waiting and no live process serves "
                 "that type (this one serves %s): %s",

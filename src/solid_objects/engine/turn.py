@@ -14,12 +14,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from ..codec import canonical_json
 from ..definition import ActorDefinition
 from ..errors import DETERMINISTIC, Rejected, UnknownOperation, error_document
-from ..message import message_info
+from ..message import MessageInfo, decode_sender
 from ..observability.events import log_fields
 from ..staging import Staged, is_callback, turn_scope
 from ..store import MessageRow
@@ -29,6 +30,30 @@ from ..tracebacks import format_traceback
 log = logging.getLogger("solid_objects.turn")
 
 Kind = Literal["completed", "rejected", "dead", "retry", "cancelled"]
+
+
+def _utc(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def message_info(message: MessageRow, attempt: int, now_ms: int) -> MessageInfo:
+    """Describe the stored ``message`` to the operation running it (``current_message``);
+    ``now_ms`` stands in for times a direct turn has not written yet.
+
+    A direct turn runs before its row exists (the row is written with the commit), so
+    its enqueued and due times are this process's clock at the call.
+    """
+    enqueued = message.created_at if message.created_at is not None else now_ms
+    due = message.available_at if message.available_at > 0 else enqueued
+    return MessageInfo(
+        id=message.id,
+        operation=message.operation,
+        attempt=max(attempt, 1),
+        enqueued_at=_utc(enqueued),
+        due_at=_utc(due),
+        idempotency_key=message.idempotency_key,
+        sender=decode_sender(message.sender),
+    )
 
 
 @dataclass(slots=True)

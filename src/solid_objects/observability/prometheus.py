@@ -24,7 +24,6 @@ with requires_extra("metrics", "solid_objects.observability.prometheus"):
     from prometheus_client.core import GaugeMetricFamily, Metric
     from prometheus_client.registry import Collector
 
-from ..engine.presence import unhandled_effects
 from ..errors import ConfigurationError
 from ..store.metrics import type_gauges
 from .events import Instrumentation, ReminderChange, Turn, turn_outcome
@@ -303,7 +302,7 @@ class _RuntimeCollector(Collector):
             try:
                 with store.read() as tx:
                     rows = type_gauges(tx, store.prefix)
-                    unhandled = unhandled_effects(store, tx)
+                    unhandled = store.unhandled_effect_counts(tx)
             except Exception as exc:  # a scrape must not fail because the database did
                 log.warning("metrics: cannot read the database gauges: %r", exc)
                 return [families["activations"]]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..cron import next_after
-from ..staging import MAX_MESSAGES_PER_TURN, CancelledReminder, Staged
+from ..writes import MAX_MESSAGES_PER_TURN, CancelledReminder, TurnWrites
 from .dialect import Tx
 from .rows import encode_sender
 
@@ -91,7 +91,7 @@ class OutboxStatements:
         actor_id: str,
         source_message_id: str,
         source_seq: int,
-        staged: Staged,
+        staged: TurnWrites,
         new_id: Callable[[], str],
         traceparent: str | None = None,
     ) -> list[MessageRow]:

@@ -258,6 +258,22 @@ class ProcessStatements:
             backlog[str(actor_type)] = backlog.get(str(actor_type), 0) + int(count)
         return backlog
 
+    def unhandled_effect_counts(self, tx: Tx) -> dict[str, int]:
+        """Unfinished effects, by name, of the names no live process handles."""
+        pending = self.pending_effect_names(tx)
+        if not pending:
+            return {}
+        handled = self.handled_effect_names(tx)
+        return {name: n for name, n in pending.items() if name not in handled}
+
+    def unserved_type_counts(self, tx: Tx) -> dict[str, int]:
+        """Waiting messages, by actor type, of the types no live process serves."""
+        backlog = self.backlog_types(tx)
+        if not backlog:
+            return {}
+        served = {t for types in self.served_types(tx).values() for t in types}
+        return {t: n for t, n in sorted(backlog.items()) if n > 0 and t not in served}
+
     def process(self, tx: Tx, owner: str) -> ProcessRow | None:
         row = tx.row(
             self._proc(f"SELECT {_COLS} FROM {{processes}} WHERE owner = :owner"),

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from ..errors import LeaseLost
-from ..staging import Staged
+from ..writes import TurnWrites
 from .dialect import Dialect, Tx
 from .notices import NoticeKey, done_hint, outcome_notice
 from .rows import MSG_COLS, Committed, Lease, MessageRow, message_row, new_id
@@ -67,7 +67,7 @@ class TurnStatements:
         attempt: int,
         lease_ms: int,
         read_next: bool = True,
-        staged: Staged | None = None,
+        staged: TurnWrites | None = None,
         notify_done: bool = False,
         traceparent: str | None = None,
         direct: bool = False,
