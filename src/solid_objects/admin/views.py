@@ -449,6 +449,9 @@ class ProcessInfo:
     #: live | draining (``stop()`` finishes its turns, takes no new work) | stale (no
     #: heartbeat before ``expires_at``) | stopped
     state: str
+    #: Why a stopped process stopped: drained (a clean stop) | stale (found with no
+    #: heartbeat) | gone (a peer proved its session ended, or its pid) | released (by
+    #: an operator, or the reason the operator gave)
     stop_reason: str | None
     #: Leases it holds now (live and stale processes).
     leases: int
