@@ -249,6 +249,41 @@ def test_quick_outbox_benchmark_fires_every_reminder_and_runs_every_effect(
     assert effects["done"] == effects["effects"] > 0 and positive(effects["effects_per_s"])
 
 
+def test_takeover_benchmark_kills_a_worker_and_loses_no_call(tmp_path: Path) -> None:
+    """``bench_takeover.py`` on SQLite, one kill: the victim's actors answer again, and
+    every call returned once (the script exits 1 on a failed, lost or doubled call)."""
+    out = tmp_path / "takeover.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_takeover.py"),
+            "--databases",
+            "sqlite",
+            "--kills",
+            "1",
+            "--between",
+            "1",
+            "--window",
+            "2",
+            "--actors",
+            "10",
+            "--concurrency",
+            "4",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    (result,) = json.loads(out.read_text())
+    assert result["kills"] == 1 and result["calls"] > 0
+    assert result["failed"] == 0 and result["lost_or_doubled"] == 0
+    assert non_negative(result["answering_max_s"]) and non_negative(result["stall_max_s"])
+
+
 def test_quick_scaling_study_runs_every_study(tmp_path: Path) -> None:
     """``scaling.py --quick``: every study yields numbers and the drained counter is exact."""
     out = tmp_path / "scaling.json"

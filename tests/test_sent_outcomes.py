@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from solid_objects import Actor, Runtime
-from solid_objects.engine import waiters as waiters_module
-from solid_objects.engine.waiters import NUDGE, Outcome, Waiters
+from solid_objects.engine import outcomes as outcomes_module
+from solid_objects.engine.outcomes import NUDGE, Outcome, Waiters
 from tests.conftest import BACKENDS
 from tests.test_processes import STEP, wait_until
 
@@ -40,7 +40,7 @@ GATES: dict[str, threading.Event] = {}
 
 
 def test_sent_messages_are_remembered_within_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(waiters_module, "SENT_MEMORY", 3)
+    monkeypatch.setattr(outcomes_module, "SENT_MEMORY", 3)
     w = Waiters()
     for i in range(4):
         w.sent(f"m{i}", 1)

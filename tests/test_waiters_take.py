@@ -3,7 +3,7 @@ wait loop, and nothing else (a nudge, an error or no outcome leave the waiter as
 
 from __future__ import annotations
 
-from solid_objects.engine.waiters import NUDGE, Outcome, Waiters
+from solid_objects.engine.outcomes import NUDGE, Outcome, Waiters
 
 
 def test_take_returns_a_handed_over_outcome_once_and_forgets_the_waiter() -> None:

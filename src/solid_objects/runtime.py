@@ -35,7 +35,7 @@ from .definition import Operation
 from .engine.client import Client
 from .engine.kernel import AsyncKernel, Kernel
 from .engine.notices import NoticeDispatch
-from .engine.waiters import Waiters
+from .engine.outcomes import Waiters
 from .engine.wakeup import listener_for
 from .engine.worker import WorkerPool
 from .errors import ApplicationWriteForbidden, ConfigurationError

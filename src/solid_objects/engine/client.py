@@ -53,8 +53,8 @@ from ..options import Options
 from ..store import Enqueued, Store, Tx
 from ..store.store import TERMINAL, MessageRow, new_id
 from . import external
+from .outcomes import Outcome, Waiters
 from .transactions import OpenTransactions
-from .waiters import Outcome, Waiters
 from .waiting import Waiting
 from .worker import WorkerPool
 

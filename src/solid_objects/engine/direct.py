@@ -25,7 +25,7 @@ from ..options import Options
 from ..store import Committed, MessageRow, Store, Tx
 from ..store.rows import scheduled_message
 from .activation import Activation
-from .refusals import DB_ERRORS
+from .commits_apart import DB_ERRORS
 from .turn import TurnOutcome
 
 log = logging.getLogger("solid_objects.worker")

@@ -21,7 +21,7 @@ from ..store.notices import (
     parse_message_hint,
     read_outcome,
 )
-from .waiters import Outcome, Waiters
+from .outcomes import Outcome, Waiters
 from .worker import WorkerPool
 
 log = logging.getLogger("solid_objects.wakeup")

@@ -22,8 +22,8 @@ from ..errors import CallTimeout, DatabaseError
 from ..options import Options
 from ..store import Store
 from ..store.store import TERMINAL, MessageRow
+from .outcomes import NUDGE, Outcome, Waiters
 from .presence import SERVE_ADVICE
-from .waiters import NUDGE, Outcome, Waiters
 from .worker import WorkerPool
 
 if TYPE_CHECKING:

@@ -28,13 +28,13 @@ from ..registry import NamedHandlers, Registry
 from ..store import Claimed, Committed, Enqueued, MessageRow, Store, Tx
 from .actions import run_actions
 from .activation import Activation
+from .commits_apart import DB_ERRORS, CommitsApart, Turn, last_error
 from .direct import DirectTurns
 from .effects import EffectRunner
 from .lifecycle import activate, deactivate
+from .outcomes import Outcome, Waiters
 from .presence import Presence
-from .refusals import DB_ERRORS, CommitsApart, Turn, last_error
 from .turn import Limits, TurnOutcome, execute, failure
-from .waiters import Outcome, Waiters
 
 log = logging.getLogger("solid_objects.worker")
 #: A process's stop, step by step (``solid-objects worker`` shows it at INFO by default).
