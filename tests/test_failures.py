@@ -99,12 +99,14 @@ def test_stored_message_for_a_removed_operation_fails_as_unknown_operation(
     caller = make_runtime(workers=0)
     gone = caller.ref(Versioned, "v").old_op.send()
     changed = caller.ref(Versioned, "v").takes_int.send(x=1)
-    worker = make_runtime(workers=0)
+    # No live process runs old_op, and it may not wait (incapable_timeout=0).
+    worker = make_runtime(workers=0, incapable_timeout=0)
     worker.register(VersionedLater)
     worker.testing.drain()
     with pytest.raises(MessageFailed) as info:
         gone.result()
     assert info.value.error["type"] == "UnknownOperation"
+    assert "no live process runs Versioned.old_op" in info.value.error["message"]
     with pytest.raises(MessageFailed) as info:
         changed.result()
     assert info.value.error["type"] == "InvalidArguments"
@@ -177,12 +179,15 @@ def test_state_migrates_from_an_older_version(make_runtime: Callable[..., Runtim
     v2.testing.drain()
     assert message.result() == 11
     assert v2.ref(MigratingV2, "m").snapshot() == {"total": 11}
-    # old code refuses state written by the newer version instead of corrupting it
-    with make_runtime(workers=1, max_attempts=2) as old:
+    # old code refuses state written by the newer version instead of corrupting it:
+    # it leaves it for newer code, and with none live (and no wait) it is dead
+    with make_runtime(workers=1, max_attempts=2, incapable_timeout=0) as old:
         stale = old.ref(Migrating, "m").bump.send()
         with pytest.raises(MessageFailed) as info:
             stale.wait(timeout=10)
     assert info.value.error["type"] == "StateMigrationError"
+    assert "no live process runs state version 2 of Migrating" in info.value.error["message"]
+    assert v2.ref(MigratingV2, "m").snapshot() == {"total": 11}
 
 
 def test_failing_migration_uses_the_attempt_budget_and_never_loops(

@@ -142,9 +142,10 @@ class Cluster:
         )
         return env
 
-    def caller(self) -> Runtime:
-        """A caller-only runtime in this process; it installs the schema."""
-        runtime = Runtime(self.url, workers=0, call_timeout=STEP)
+    def caller(self, **options: Any) -> Runtime:
+        """A caller-only runtime in this process (with ``options``); it installs the
+        schema."""
+        runtime = Runtime(self.url, **{"workers": 0, "call_timeout": STEP, **options})
         self._runtimes.append(runtime)
         runtime.install()
         return runtime

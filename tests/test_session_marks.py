@@ -12,7 +12,13 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from solid_objects.store.sessions import SessionMark, mark_name, marks_free, pid_gone
+from solid_objects.store.sessions import (
+    SessionMark,
+    mark_name,
+    marks_free,
+    pid_gone,
+    start_ticks,
+)
 
 from .conftest import BACKENDS
 
@@ -117,24 +123,27 @@ def test_second_holder_cannot_take_a_held_mark(backend: str, db_url: str) -> Non
 
 def test_pid_gone_sees_a_killed_process_not_a_stopped_one() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    registered = int(time.time() * 1000)
+    started = start_ticks(child.pid)
+    assert started is not None and started > 0
     try:
-        assert not pid_gone(child.pid, registered)
+        assert not pid_gone(child.pid, started)
         child.send_signal(signal.SIGSTOP)
-        assert not pid_gone(child.pid, registered)
+        assert not pid_gone(child.pid, started)
         child.kill()
         deadline = time.monotonic() + 5
-        while not pid_gone(child.pid, registered) and time.monotonic() < deadline:
+        while not pid_gone(child.pid, started) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert pid_gone(child.pid, registered)  # a zombie (not yet reaped) counts as gone
+        assert pid_gone(child.pid, started)  # a zombie (not yet reaped) counts as gone
         child.wait()
-        assert pid_gone(child.pid, registered)
+        assert pid_gone(child.pid, started)
     finally:
         child.kill()
         child.wait()
 
 
-def test_pid_gone_sees_a_reused_pid() -> None:
-    """A live pid whose process started after the registry row is someone else."""
-    assert not pid_gone(os.getpid(), int(time.time() * 1000))
-    assert pid_gone(os.getpid(), 0)
+def test_pid_gone_sees_a_reused_pid_by_its_start_not_by_a_clock() -> None:
+    """A live pid that started at other ticks than recorded is another process."""
+    mine = start_ticks(os.getpid())
+    assert mine is not None
+    assert not pid_gone(os.getpid(), mine)
+    assert pid_gone(os.getpid(), mine + 1)

@@ -340,6 +340,7 @@ def _backlog(runtime: Runtime, checks: list[Check]) -> None:
         orphans = store.orphan_counts(tx)
         stranded = store.unserved_type_counts(tx)
         unhandled = store.unhandled_effect_counts(tx)
+        incapable = store.waiting_for_capability(tx)
     stranded.pop(SolidObjectsDoctorProbe.actor_type, None)  # a probe of a doctor that died
     dead = sum(c.dead_letters for c in counts)
     dead_effects = sum(c.effects_dead for c in counts)
@@ -362,6 +363,20 @@ def _backlog(runtime: Runtime, checks: list[Check]) -> None:
             f"{actor_type} ({count} waiting)" for actor_type, count in stranded.items()
         )
         advice.append(SERVE_ADVICE)
+    if incapable:
+        detail += "; waiting for a process that runs " + ", ".join(
+            f"{gap} ({count} waiting)" for gap, count in sorted(incapable.items())
+        )
+        timeout = runtime.options.incapable_timeout
+        advice.append(
+            "deploy the newer code to the workers (old ones leave such work for new ones); "
+            + (
+                "with none live, they wait forever (incapable_timeout=None)"
+                if timeout is None
+                else f"with none live for {timeout:g}s (incapable_timeout) each is a dead "
+                "letter"
+            )
+        )
     if unhandled:
         detail += "; no live process handles effect " + ", ".join(
             f"{name} ({count} pending)" for name, count in unhandled.items()

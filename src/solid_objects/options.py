@@ -59,6 +59,12 @@ class Options:
     #: ``emit``, a handler never deployed) before it is dead and ``on_failure`` runs
     #: (None: it waits forever).
     unhandled_effect_timeout: float | None = 3600.0
+    #: Seconds a message may wait when no live process's code can run it (an operation
+    #: this code does not have, or an actor state newer than its ``state_version``: a
+    #: rolling deploy's old workers leave such work for the new ones) before it is a
+    #: dead letter naming what was missing (None: it waits forever). While some live
+    #: process can run it, it waits for that process, however long.
+    incapable_timeout: float | None = 3600.0
     #: Queued plus running messages one actor may hold before an enqueue raises
     #: ``MailboxFull`` (None: unbounded). Delayed sends and ``send_to`` are not refused.
     max_mailbox_length: int | None = 10_000
@@ -183,6 +189,8 @@ class Options:
         ):
             if getattr(self, name) is not None:  # None: no bound
                 self._positive(name)
+        if self.incapable_timeout is not None:  # 0: dead at once when nobody can run it
+            self._positive("incapable_timeout", zero=True)
         if self.lease_duration < 0.05:
             raise ConfigurationError("lease_duration must be at least 0.05 seconds")
 

@@ -87,7 +87,9 @@ class Poller:
         claimable = []
         for r in ready:
             if r.lease_owner != pool.owner:
-                if not pool.turn_in_flight(r.pk):  # a turn in flight here settles it first
+                # A turn in flight here settles it first; one this code cannot run was
+                # left for a process that can.
+                if not pool.turn_in_flight(r.pk) and not pool.capability.passed_over(r.pk):
                     claimable.append(r)
             else:
                 # Ours: new work for a cached actor. One we own but do not cache is

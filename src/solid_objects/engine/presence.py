@@ -22,11 +22,13 @@ import logging
 import os
 import socket
 from collections.abc import Callable
+from typing import Any
 
+from ..errors import UnknownActorType
 from ..options import Options
 from ..registry import Registry
 from ..store import Store, Tx
-from ..store.sessions import host_identity
+from ..store.sessions import host_identity, start_ticks
 
 log = logging.getLogger("solid_objects.processes")
 
@@ -69,7 +71,8 @@ class Presence:
         """What to write as ``session_mark``: a lock this process holds, its host, or
         None (a pooler or Galera: the heartbeat alone tells)."""
         if self.host_identity is not None:
-            return f"pid:{self.host_identity}"
+            started = start_ticks(os.getpid())
+            return None if started is None else f"pid:{self.host_identity}:{started}"
         try:
             held = self.mark.held or self.mark.hold()
         except Exception:
@@ -92,9 +95,25 @@ class Presence:
             effect_names=json.dumps(list(effects)),
             ttl_ms=self.ttl_ms,
             session_mark=(mark := self._session_mark()),
+            capabilities=json.dumps(self.capabilities(types), sort_keys=True),
         )
         self._published = (types, effects)
         self._mark_published = mark
+
+    def capabilities(self, types: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+        """What this code can run, per served type: its operations and state version
+        (a rolling deploy's peers read it: ``store.missing_capability``)."""
+        found: dict[str, dict[str, Any]] = {}
+        for actor_type in types:
+            try:
+                definition = self.registry.get(actor_type)
+            except UnknownActorType:  # ambiguous here: not served
+                continue
+            found[actor_type] = {
+                "operations": sorted(definition.operations),
+                "state_version": definition.state_version,
+            }
+        return found
 
     def beat(self, tx: Tx) -> None:
         """Renew the row; register again if it is gone (pruned, or the tables reinstalled),

@@ -231,6 +231,11 @@ class Waiting:
             if row is None:
                 return f"{head}: the message does not exist (it was pruned, or never committed)"
             actor = self.store.actor_status(tx, row.actor_pk)
+            gap = None
+            if actor is not None and row.status == "queued" and row.seq == actor.done_seq + 1:
+                gap = self.store.missing_capability(
+                    tx, row.actor_type, row.operation, actor.state_version, unserved=""
+                )
         who = f"{row.actor_type} {row.actor_id!r}"
         if row.status in TERMINAL:
             return f"{head}: it finished as {row.status} just now"
@@ -250,7 +255,13 @@ class Waiting:
                 f"the head message failed {actor.attempt} time(s) and is retried in "
                 f"{(actor.ready_at - actor.now) / 1000:.1f}s"
             )
-        if actor.lease_owner is None:
+        if gap:  # live processes serve the type, but none of them can run this message
+            parts.append(
+                f"waiting for a process that runs {gap} (a rolling deploy's old workers "
+                "leave it for new ones; with none live it is a dead letter after "
+                "incapable_timeout)"
+            )
+        elif actor.lease_owner is None:
             parts.append(self._unclaimed(row.actor_type))
         elif actor.lease_expires_at is not None and actor.lease_expires_at <= actor.now:
             parts.append(

@@ -28,6 +28,7 @@ from ..registry import NamedHandlers, Registry
 from ..store import Claimed, Committed, Enqueued, MessageRow, Store, Tx
 from .actions import run_actions
 from .activation import Activation
+from .capability import Capability
 from .commits_apart import DB_ERRORS, CommitsApart, Turn, last_error
 from .direct import DirectTurns
 from .effects import EffectRunner
@@ -89,6 +90,7 @@ class WorkerPool(DirectTurns, CommitsApart):
         self.effects = EffectRunner(store, registry, effects, options, owner, self.route)
         self.instrument: Instrumentation = self.effects.instrument  # see observability
         self.presence = Presence(store, options, owner, registry, self.effects.serving)
+        self.capability = Capability(store, registry, options)
         self.poller = Poller(self)
         self.effects.on_idle_slot = self.poller.wake
         #: Called with (actor_type, actor_id) after a commit that wrote a broadcast row
@@ -496,8 +498,7 @@ class WorkerPool(DirectTurns, CommitsApart):
                     else:
                         self._finish(act, requeue=False)
                     continue
-                assert act.head is not None
-                self._run_chain(
+                self._start(
                     act, pending, started, self.options.max_turns_per_activation - turns[act]
                 )
             if not pending:
@@ -577,6 +578,9 @@ class WorkerPool(DirectTurns, CommitsApart):
                 return
             with self._cond:
                 following = act.inbox.pop(message.seq + 1, None)
+                if following is not None and self.capability.missing(act, following):
+                    act.inbox[following.seq or message.seq + 1] = following  # left as head
+                    following = None
             if following is None:
                 return
             if outcome.state is not None:
@@ -629,6 +633,36 @@ class WorkerPool(DirectTurns, CommitsApart):
         with self._cond:
             for seq in [s for s in act.inbox if s <= act.done_seq]:
                 del act.inbox[seq]
+
+    def _start(
+        self,
+        act: Activation,
+        pending: list[tuple[Activation, MessageRow, TurnOutcome]],
+        started: float,
+        allowed: int,
+    ) -> None:
+        """Run the head turn of ``act`` and its chain, unless this code cannot run it."""
+        assert act.head is not None
+        missing = self.capability.missing(act, act.head)
+        if missing is None:
+            self._run_chain(act, pending, started, allowed)
+            return
+        given_up = self._cannot_run(act, missing)
+        if given_up is not None:
+            pending.append((act, act.head, given_up))
+
+    def _cannot_run(self, act: Activation, missing: str) -> TurnOutcome | None:
+        """The head needs code this process lacks: leave the actor for a process that
+        has it (None), or the dead-letter outcome when none has for too long."""
+        assert act.head is not None
+        try:
+            given_up = self.capability.leave_or_fail(act, act.head, missing)
+        except DB_ERRORS:
+            log.warning("could not leave %s %r; its lease expires", act.actor_type, act.actor_id)
+            given_up = None
+        if given_up is None:
+            self._drop(act)
+        return given_up
 
     def _release_if_empty(self, act: Activation) -> None:
         """A claimed actor with nothing to run: keep it cached, or give it back if fresh."""

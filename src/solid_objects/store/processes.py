@@ -96,10 +96,12 @@ class ProcessStatements:
         ttl_ms: int,
         effect_names: str = "[]",
         session_mark: str | None = None,
+        capabilities: str | None = None,
     ) -> None:
         """Insert the process row, or bring a stopped one back (a restarted runtime)."""
         params = {
             "mark": session_mark,
+            "caps": capabilities,
             "owner": owner,
             "host": host[:255],
             "pid": pid,
@@ -111,7 +113,7 @@ class ProcessStatements:
         revived = tx.run(
             self._proc(
                 "UPDATE {processes} SET actor_types = :types, effect_names = :effects, "
-                "session_mark = :mark, heartbeat_at = {now}, "
+                "session_mark = :mark, capabilities = :caps, heartbeat_at = {now}, "
                 "expires_at = {now} + :ttl, stopped_at = NULL, stop_reason = NULL "
                 "WHERE owner = :owner"
             ),
@@ -121,9 +123,9 @@ class ProcessStatements:
             tx.run(
                 self._proc(
                     "INSERT INTO {processes} (owner, host, pid, version, actor_types, "
-                    "effect_names, session_mark, started_at, heartbeat_at, expires_at) "
-                    "VALUES (:owner, :host, :pid, :version, :types, :effects, :mark, {now}, "
-                    "{now}, {now} + :ttl)"
+                    "effect_names, session_mark, capabilities, started_at, heartbeat_at, "
+                    "expires_at) VALUES (:owner, :host, :pid, :version, :types, :effects, "
+                    ":mark, :caps, {now}, {now}, {now} + :ttl)"
                 ),
                 params,
             )
@@ -274,6 +276,69 @@ class ProcessStatements:
         served = {t for types in self.served_types(tx).values() for t in types}
         return {t: n for t, n in sorted(backlog.items()) if n > 0 and t not in served}
 
+    def missing_capability(
+        self,
+        tx: Tx,
+        actor_type: str,
+        operation: str | None,
+        state_version: int,
+        *,
+        unserved: str | None = None,
+    ) -> str | None:
+        """What no live process can run of a message: ``Cart.checkout`` (no live code
+        has the operation) or ``state version 2 of Cart`` (all live code is older than
+        the actor's state); None when some live process can run it, and ``unserved``
+        (default ``Cart.checkout``) when no live process describes the type.
+
+        A live row without ``capabilities`` (written before schema 13) is taken to run
+        every operation of the types it serves.
+        """
+        gaps: set[str] = set()
+        for types, caps in tx.rows(
+            self._proc(
+                "SELECT actor_types, capabilities FROM {processes} "
+                "WHERE stopped_at IS NULL AND expires_at > {now}"
+            )
+        ):
+            try:
+                if caps is None:
+                    if actor_type in json.loads(types):
+                        return None
+                    continue
+                served = json.loads(caps).get(actor_type)
+            except (ValueError, AttributeError):
+                continue
+            if not isinstance(served, dict):
+                continue
+            if int(served.get("state_version", 1)) < state_version:
+                gaps.add(f"state version {state_version} of {actor_type}")
+            elif operation is not None and operation not in served.get("operations", []):
+                gaps.add(f"{actor_type}.{operation}")
+            else:
+                return None
+        if not gaps:
+            if unserved is not None:
+                return unserved
+            return f"{actor_type}.{operation}" if operation is not None else actor_type
+        return sorted(gaps)[0]
+
+    def waiting_for_capability(self, tx: Tx) -> dict[str, int]:
+        """Head messages that live processes serve the type of but none can run, by
+        what is missing (``Cart.checkout``, ``state version 2 of Cart``)."""
+        waiting: dict[str, int] = {}
+        for actor_type, operation, state_version, count in tx.rows(
+            "SELECT a.actor_type, m.operation, a.state_version, COUNT(*) FROM {actors} a "
+            "JOIN {messages} m ON m.actor_pk = a.pk AND m.seq = a.done_seq + 1 "
+            "WHERE a.next_seq > a.done_seq + 1 AND m.status = 'queued' "
+            "GROUP BY a.actor_type, m.operation, a.state_version"
+        ):
+            gap = self.missing_capability(
+                tx, str(actor_type), str(operation), int(state_version), unserved=""
+            )
+            if gap:
+                waiting[gap] = waiting.get(gap, 0) + int(count)
+        return waiting
+
     def process(self, tx: Tx, owner: str) -> ProcessRow | None:
         row = tx.row(
             self._proc(f"SELECT {_COLS} FROM {{processes}} WHERE owner = :owner"),
@@ -308,9 +373,9 @@ class ProcessStatements:
         """
         held = held_sql(self.dialect.family)
         gone: list[str] = []
-        for peer, pid, started_at, mark in tx.rows(
+        for peer, pid, mark in tx.rows(
             self._proc(
-                "SELECT owner, pid, started_at, session_mark FROM {processes} "
+                "SELECT owner, pid, session_mark FROM {processes} "
                 "WHERE stopped_at IS NULL AND session_mark IS NOT NULL AND owner <> :owner "
                 "ORDER BY owner LIMIT :limit"
             ),
@@ -321,9 +386,11 @@ class ProcessStatements:
                 row = tx.row(held, {"name": value})
                 if row is None or row[0] is None:
                     gone.append(str(peer))
-            elif kind == "pid" and host_identity is not None and value == host_identity:
-                if pid_gone(int(pid), int(started_at)):
-                    gone.append(str(peer))
+            elif kind == "pid" and host_identity is not None:
+                identity, _, started = value.rpartition(":")
+                if identity == host_identity and started.isdigit():
+                    if pid_gone(int(pid), int(started)):
+                        gone.append(str(peer))
         return gone
 
     def recover_gone_process(self, tx: Tx, owner: str) -> tuple[int, int] | None:

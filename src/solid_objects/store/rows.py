@@ -136,6 +136,8 @@ class ActorStatus:
     lease_expires_at: int | None
     paused: bool
     now: int
+    #: The version of its stored state (code older than it cannot run the actor).
+    state_version: int = 1
 
 
 def encode_sender(kind: str, **fields: str | None) -> str:

@@ -224,7 +224,8 @@ def build_metadata(prefix: str) -> MetaData:
         Column("stop_reason", String(16), nullable=True),
         # How a peer proves the process gone before its heartbeat expires (schema 13):
         # ``lock:<name>`` (a session lock the server frees when the session ends) or
-        # ``pid:<boot id>:<pid namespace>`` (SQLite: the pid, on the same host); NULL:
+        # ``pid:<boot id>:<pid namespace>:<start ticks>`` (SQLite: the pid on the same
+        # host, and when it started, so a reused pid is told apart); NULL:
         # only the heartbeat tells.
         Column("session_mark", String(255), nullable=True),
         # JSON {actor type: {"operations": [...], "state_version": n}}: what the code of

@@ -21,7 +21,6 @@ another node sees every mark free (use the heartbeat there).
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -165,8 +164,10 @@ def host_identity() -> str | None:
     return f"{boot}:{namespace}"
 
 
-def _start_ticks(pid: int) -> int | None:
-    """The start time of ``pid`` in clock ticks since boot (Linux), None if unknown."""
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (Linux ``/proc``): no wall clock
+    is involved, so a process whose clock is skewed is judged like any other. -1 for
+    a zombie (it has exited), None if unknown."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
@@ -178,28 +179,14 @@ def _start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
-def process_start_ms(pid: int) -> int | None:
-    """Wall-clock start of ``pid`` in ms (Linux), None if unknown."""
-    ticks = _start_ticks(pid)
-    if ticks is None or ticks < 0:
-        return ticks
-    try:
-        with open("/proc/uptime", "rb") as f:
-            uptime = float(f.read().split()[0])
-        boot = time.time() - uptime
-        return int((boot + ticks / os.sysconf("SC_CLK_TCK")) * 1000)
-    except (OSError, ValueError):
-        return None
-
-
-def pid_gone(pid: int, registered_ms: int, *, slack_ms: int = 2000) -> bool:
-    """True if process ``pid`` on this host is gone: no such pid, or the pid was
-    reused by a process started after ``registered_ms`` (the registry row's start)."""
+def pid_gone(pid: int, started: int) -> bool:
+    """True if process ``pid`` on this host is gone: no such pid, a zombie, or the pid
+    now belongs to a process that started at other ``start_ticks`` (reused)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:
-        return False
-    started = process_start_ms(pid)
-    return started is not None and (started < 0 or started > registered_ms + slack_ms)
+        pass  # someone else's process: /proc still tells when it started
+    ticks = start_ticks(pid)
+    return ticks is not None and ticks != started

@@ -546,6 +546,29 @@ class Store(
             == 1
         )
 
+    def leave(self, tx: Tx, lease: Lease) -> bool:
+        """Give back a lease claimed for a head this process's code cannot run (a
+        rolling deploy): the actor is ready at once for a process that can, and the
+        start the claim counted is taken back (``attempt``), so leaving uses up none
+        of the message's attempts."""
+        return (
+            tx.run(
+                "UPDATE {actors} SET lease_owner = NULL, lease_token = NULL, "
+                "lease_expires_at = NULL, "
+                "attempt = CASE WHEN attempt > 0 THEN attempt - 1 ELSE 0 END, "
+                "ready_at = CASE WHEN next_seq > done_seq + 1 "
+                "THEN COALESCE(ready_at, {now}) ELSE NULL END WHERE lease_owner = :owner "
+                "AND pk = :pk AND lease_token = :token AND lease_generation = :gen",
+                {
+                    "pk": lease.pk,
+                    "owner": lease.owner,
+                    "token": lease.token,
+                    "gen": lease.generation,
+                },
+            )
+            == 1
+        )
+
     def release_all(self, tx: Tx, owner: str) -> int:
         """Give back every lease of ``owner`` (shutdown)."""
         return tx.run(self._RELEASE, {"owner": owner})
@@ -566,7 +589,7 @@ class Store(
     def actor_status(self, tx: Tx, pk: int) -> ActorStatus | None:
         row = tx.row(
             "SELECT done_seq, next_seq, attempt, ready_at, lease_owner, lease_expires_at, "
-            "paused, {now} FROM {actors} WHERE pk = :pk",
+            "paused, {now}, state_version FROM {actors} WHERE pk = :pk",
             {"pk": pk},
         )
         if row is None:
@@ -580,6 +603,7 @@ class Store(
             lease_expires_at=row[5],
             paused=bool(row[6]),
             now=int(row[7]),
+            state_version=int(row[8]),
         )
 
     def next_due(self, tx: Tx) -> Due:

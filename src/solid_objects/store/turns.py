@@ -44,7 +44,7 @@ class TurnStatements:
 
     @staticmethod
     def _fence_params(lease: Lease, seq: int, **extra: Any) -> dict[str, Any]:
-        return {
+        params = {
             "pk": lease.pk,
             "owner": lease.owner,
             "token": lease.token,
@@ -52,6 +52,9 @@ class TurnStatements:
             "seq": seq,
             **extra,
         }
+        if "sv" in extra:  # a second name: PostgreSQL types each use of one apart
+            params["sv_at_most"] = extra["sv"]
+        return params
 
     def finish_turn(
         self,
@@ -421,7 +424,13 @@ class TurnStatements:
             + " WHERE "
             + self._FENCE
             + (self._DIRECT_FENCE if direct else self._QUEUED_FENCE)
+            + (self._NO_DOWNGRADE if write_state else "")
         )
+
+    #: Code never writes an actor's state back at an older version than stored (a
+    #: rolling deploy's old worker leaves such an actor before running it; this is the
+    #: backstop: its commit writes nothing).
+    _NO_DOWNGRADE = " AND state_version <= :sv_at_most"
 
     #: The message a turn finishes, as the worker holds it: its id at this seq of this
     #: mailbox, not finished yet (a ``cancelled`` head is finished without running).
