@@ -18,8 +18,11 @@ import time
 from typing import Any
 
 import pytest
+from starlette.testclient import TestClient
 
 from solid_objects import CallTimeout, MessageFailed, MessageReference, Runtime
+from solid_objects.admin import allow
+from solid_objects.web import dashboard
 from tests.apps import deploy_v1, deploy_v2
 from tests.conftest import count_rows
 from tests.test_processes import STEP, Cluster, cluster, wait_until
@@ -114,6 +117,13 @@ def test_an_old_worker_leaves_a_new_operation_for_a_new_worker(cluster: Cluster)
     (backlog,) = [c for c in new.doctor(round_trip=False).checks if c.name == "backlog"]
     assert backlog.status == "warn"
     assert "waiting for a process that runs Cart.checkout (2 waiting)" in backlog.detail
+    new.admin.set_policy(allow({"ops:*": "*"}))
+    assert new.admin.as_principal("ops:a").inspect_actor("Cart", "c").waiting_for == (
+        "Cart.checkout"
+    )
+    with TestClient(dashboard(new, principal=lambda request: "ops:a")) as browser:
+        page = browser.get("/actors/Cart/c").text
+    assert "waiting for a process that runs Cart.checkout" in page
     cluster.start_workers(1, V2)
     assert checkout.wait(timeout=STEP) == 1
     # An add sent by old code runs too: by the new worker, since the old one leaves

@@ -440,6 +440,14 @@ class Administration(Maintenance, IdleActors, AdminBase):
             effects = store.unfinished_effects_of(tx, row.pk, limit)
             reminders = store.reminders_of(tx, row.pk, limit)
             dead = store.open_dead_letters_of(tx, actor_type, actor_id)
+            head = queued[0] if queued and queued[0].seq == row.done_seq + 1 else None
+            waiting_for = (
+                store.missing_capability(
+                    tx, row.actor_type, head.operation, row.state_version, unserved=""
+                )
+                if head is not None and head.status == "queued"
+                else None
+            )
         state, migrated = self._state_or_stored(actor_type, row.state, row.state_version)
         return ActorDetail(
             actor_type=row.actor_type,
@@ -463,6 +471,7 @@ class Administration(Maintenance, IdleActors, AdminBase):
             reminders=[ReminderInfo.of(r) for r in reminders],
             open_dead_letters=dead,
             now=datetime_of(now),
+            waiting_for=waiting_for or None,
         )
 
     def actor_messages(

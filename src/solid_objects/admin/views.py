@@ -292,6 +292,9 @@ class ActorDetail:
     #: False when ``state`` is shown as stored, not migrated: the actor type is not
     #: registered in this process, or its migration fails (``snapshot()`` would raise).
     state_migrated: bool = True
+    #: What no live process's code can run of its head message (``Cart.checkout``,
+    #: ``state version 2 of Cart``): it waits for a process that can (rolling deploys).
+    waiting_for: str | None = None
 
 
 @dataclass(frozen=True)

@@ -481,6 +481,8 @@ def _actor_status(a: Any) -> str:
         return "paused"
     if a.lease is not None and not a.lease.expired:
         return f"running (held by {a.lease.owner})"
+    if a.waiting_for is not None:
+        return f"waiting for a process that runs {a.waiting_for}"
     if a.retry_at is not None:
         return "backing off: the head message is retried later"
     if a.queued_total:
