@@ -85,3 +85,9 @@ def test_the_checker_sees_a_relative_import_of_the_model() -> None:
     """The check itself: ``from ..staging import Staged`` in the store is a violation."""
     found = runtime_imports(SRC / "engine" / "turn.py")
     assert "staging" in found and "store" in found
+
+
+def test_the_faces_reach_the_engine_only_through_the_runtime() -> None:
+    """``ref.py`` builds a ``Call`` and hands it to ``runtime.kernel.client``: it imports
+    the model and the foundation, never the engine or the store."""
+    assert violations([SRC / "ref.py"], {"engine", "store"}) == []

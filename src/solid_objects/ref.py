@@ -9,7 +9,7 @@ for name; both delegate every database step to the runtime's engine.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import (
@@ -29,10 +29,9 @@ from .authorization import Untrusted
 from .codec import MAX_DELAY_SECONDS, check_identifier
 from .definition import ActorDefinition, Operation, operation_of
 from .definition import resolve_operation as resolve_operation
-from .errors import InvalidArguments, UnknownOperation
+from .errors import InvalidArguments
 
 if TYPE_CHECKING:
-    from .engine.client import Client
 
     # Named in the faces' quoted base classes (``_Message["Runtime"]``), which ruff cannot see.
     from .runtime import AsyncRuntime, Runtime  # noqa: F401
@@ -104,57 +103,23 @@ def _seconds(value: float | timedelta, what: str, maximum: float = float("inf"))
     return float(value)
 
 
-def refuse_inside_turn(what: str) -> None:
-    """Actor code must not call actors directly: it could wait on itself forever."""
-    if staging.inside_turn():
-        raise staging.CallInsideTurn(
-            f"{what} from inside an actor operation could deadlock (the actor would wait "
-            "for a mailbox that cannot move): stage the message with "
-            "self.send_to(OtherActor, actor_id).operation(...) instead; it is enqueued "
-            "in the same commit as this turn"
-        )
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call or send as a face builds it, addressed to one actor: the operation, its
+    arguments and the per-call options (what httpx calls a ``Request``). The engine's
+    client runs it: ``call``/``call_async`` wait for the outcome, ``send_call``/
+    ``send_call_async`` enqueue; the faces keep only what differs between them."""
 
+    definition: ActorDefinition
+    actor_id: str
+    operation: Operation
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    options: CallOptions
 
-def refuse_destroy_inside_turn(what: str) -> None:
-    """A destroy from actor code would commit on its own, apart from the turn's commit."""
-    if staging.inside_turn():
-        raise staging.CallInsideTurn(
-            f"{what} from inside an actor operation would commit on its own, outside "
-            "this turn's commit (it would stay done if the turn fails): destroy it from "
-            "outside actor code, e.g. after the call that decided it returned"
-        )
-
-
-def _refuse_call(engine: Client, actor_type: str, operation: Operation) -> None:
-    """A waiting call is refused inside a turn and inside an open application transaction."""
-    refuse_inside_turn(f"calling {actor_type}.{operation.name}()")
-    engine.transactions.refuse(f"calling {actor_type}.{operation.name}()")
-    engine.transactions.enlisted("call", f"calling {actor_type}.{operation.name}()")
-
-
-def _refuse_send(
-    engine: Client, actor_type: str, operation: Operation, options: CallOptions
-) -> None:
-    """What both faces check before ``send()``: a query never enters the mailbox."""
-    if operation.is_query:
-        raise UnknownOperation(
-            f"{operation.name} is a query: call it directly, it does not enter the mailbox"
-        )
-    refuse_inside_turn(f"sending {actor_type}.{operation.name}()")
-    if options.connection is None:  # with one, the send writes in that transaction
-        engine.transactions.refuse(f"sending {actor_type}.{operation.name}()")
-
-
-def _enlisted(
-    engine: Client, actor_type: str, operation: Operation, options: CallOptions
-) -> CallOptions:
-    """A send without ``connection=`` joins the application transaction the caller is
-    in, when the runtime's integration finds one (``Runtime.enlist_sends``)."""
-    if options.connection is None and not operation.is_query:
-        found = engine.transactions.enlisted("send", f"sending {actor_type}.{operation.name}()")
-        if found is not None:
-            return replace(options, connection=found)
-    return options
+    @property
+    def actor_type(self) -> str:
+        return self.definition.actor_type
 
 
 # --- what both faces share (one engine, two faces) -----------------------------------------
@@ -248,6 +213,21 @@ class _Actor(Generic[RT, A]):
     def actor_class(self) -> type[A]:
         return self._definition.cls
 
+    def _call(
+        self,
+        operation: Operation,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: CallOptions,
+    ) -> Call:
+        return Call(self._definition, self.actor_id, operation, args, kwargs, options)
+
+    def _typed_call(
+        self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Call:
+        """The call of ``ref.call(Cart.add, ...)`` / ``ref.send(Cart.add, ...)``."""
+        return self._call(operation_of(self._definition, method), args, kwargs, self._options)
+
     def with_options(
         self,
         *,
@@ -309,13 +289,14 @@ class OperationHandle(_Handle["Ref[Any]"], Generic[P, R]):
     """
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self._ref._invoke(self._operation, args, kwargs, self._options)  # type: ignore[no-any-return]
+        call = self._ref._call(self._operation, args, kwargs, self._options)
+        return self._ref._invoke(call)  # type: ignore[no-any-return]
 
     def send(self, *args: P.args, **kwargs: P.kwargs) -> MessageReference[R]:
         """Enqueue this operation durably and return at once with its
         :class:`MessageReference` (``ref.add.send(n=1)``).
         """
-        return self._ref._send(self._operation, args, kwargs, self._options)
+        return self._ref._send(self._ref._call(self._operation, args, kwargs, self._options))
 
 
 class _QueryHandle(Protocol[P, R_co]):
@@ -372,7 +353,7 @@ class Ref(_Actor["Runtime", A]):
     ) -> R: ...
     def call(self, method: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Call an operation or query, type-checked: ``ref.call(Counter.add, n=1)``."""
-        return self._invoke(operation_of(self._definition, method), args, kwargs, self._options)
+        return self._invoke(self._typed_call(method, args, kwargs))
 
     @overload
     def send(
@@ -388,7 +369,7 @@ class Ref(_Actor["Runtime", A]):
     ) -> MessageReference[R]: ...
     def send(self, method: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Enqueue an operation, type-checked: ``ref.send(Counter.add, n=1)``."""
-        return self._send(operation_of(self._definition, method), args, kwargs, self._options)
+        return self._send(self._typed_call(method, args, kwargs))
 
     def snapshot(self) -> dict[str, Any]:
         """The committed state (defaults if the actor never ran); no mailbox write."""
@@ -401,67 +382,25 @@ class Ref(_Actor["Runtime", A]):
 
         Refused inside a turn: it would commit on its own, outside the turn's commit.
         """
-        refuse_destroy_inside_turn(f"destroying {self.actor_type}({self.actor_id!r})")
+        staging.refuse_destroy_inside_turn(f"destroying {self.actor_type}({self.actor_id!r})")
         return self._runtime.kernel.client.destroy(
             self._definition, self.actor_id, context=self._options.authorization
         )
 
-    def _invoke(
-        self,
-        operation: Operation,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        options: CallOptions,
-    ) -> Any:
-        engine = self._runtime.kernel.client
-        if operation.is_query:
-            return engine.query(
-                self._definition,
-                self.actor_id,
-                operation,
-                args,
-                kwargs,
-                context=options.authorization,
-            )
-        _refuse_call(engine, self.actor_type, operation)
-        engine.require_workers()
-        deadline = engine.deadline_for(options.timeout)  # the timeout bounds the whole call
-        message_id = engine.start_call(
-            self._definition, self.actor_id, operation, args, kwargs, options, deadline
-        )
-        message: MessageReference[Any] = MessageReference(
-            self._runtime,
-            message_id,
-            operation,
-            self.actor_type,
-            self.actor_id,
-            authorization=options.authorization,
-            verified=True,
-        )
-        outcome = engine.waiters.take(message_id)  # a direct turn: committed already
-        if outcome is not None:
-            return engine.settle(message, outcome)
-        return engine.wait(message, options.timeout, deadline)
+    def _invoke(self, call: Call) -> Any:
+        return self._runtime.kernel.client.call(call, self._waited)
 
-    def _send(
-        self,
-        operation: Operation,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        options: CallOptions,
-    ) -> MessageReference[Any]:
-        options = _enlisted(self._runtime.kernel.client, self.actor_type, operation, options)
-        _refuse_send(self._runtime.kernel.client, self.actor_type, operation, options)
-        message_id = self._runtime.kernel.client.send(
-            self._definition, self.actor_id, operation, args, kwargs, options
-        )
+    def _send(self, call: Call) -> MessageReference[Any]:
+        return self._waited(call, self._runtime.kernel.client.send_call(call))
+
+    def _waited(self, call: Call, message_id: str) -> MessageReference[Any]:
         return MessageReference(
             self._runtime,
             message_id,
-            operation,
+            call.operation,
             self.actor_type,
             self.actor_id,
-            authorization=options.authorization,
+            authorization=call.options.authorization,
             verified=True,
         )
 
@@ -519,13 +458,14 @@ class AsyncOperationHandle(_Handle["AsyncRef[Any]"], Generic[P, R]):
     """The asyncio twin of :class:`OperationHandle` (typed the same way)."""
 
     async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        return await self._ref._invoke(self._operation, args, kwargs, self._options)  # type: ignore[no-any-return]
+        call = self._ref._call(self._operation, args, kwargs, self._options)
+        return await self._ref._invoke(call)  # type: ignore[no-any-return]
 
     async def send(self, *args: P.args, **kwargs: P.kwargs) -> AsyncMessageReference[R]:
         """Enqueue this operation durably and return at once with its
         :class:`AsyncMessageReference` (``await ref.add.send(n=1)``).
         """
-        return await self._ref._send(self._operation, args, kwargs, self._options)
+        return await self._ref._send(self._ref._call(self._operation, args, kwargs, self._options))
 
 
 class AsyncRef(_Actor["AsyncRuntime", A]):
@@ -554,9 +494,7 @@ class AsyncRef(_Actor["AsyncRuntime", A]):
         ``await ref.call(Cart.add, sku="x")`` is the typed form of
         ``await ref.add(sku="x")``, checked by mypy and pyright.
         """
-        return await self._invoke(
-            operation_of(self._definition, method), args, kwargs, self._options
-        )
+        return await self._invoke(self._typed_call(method, args, kwargs))
 
     @overload
     async def send(
@@ -574,7 +512,7 @@ class AsyncRef(_Actor["AsyncRuntime", A]):
         """Enqueue an operation durably and return its message reference:
         ``await ref.send(Cart.add, sku="x")``, the typed form of ``await ref.add.send(...)``.
         """
-        return await self._send(operation_of(self._definition, method), args, kwargs, self._options)
+        return await self._send(self._typed_call(method, args, kwargs))
 
     async def snapshot(self) -> dict[str, Any]:
         """The actor's committed state as a dict (authorized like a query)."""
@@ -587,7 +525,7 @@ class AsyncRef(_Actor["AsyncRuntime", A]):
 
     async def destroy(self) -> bool:
         """Destroy the actor: its state, mailbox and reminders; True if it existed."""
-        refuse_destroy_inside_turn(f"destroying {self.actor_type}({self.actor_id!r})")
+        staging.refuse_destroy_inside_turn(f"destroying {self.actor_type}({self.actor_id!r})")
         return await self._runtime.kernel.offload(
             self._runtime.kernel.client.destroy,
             self._definition,
@@ -595,73 +533,32 @@ class AsyncRef(_Actor["AsyncRuntime", A]):
             context=self._options.authorization,
         )
 
-    async def _invoke(
-        self,
-        operation: Operation,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        options: CallOptions,
-    ) -> Any:
-        engine = self._runtime.kernel.client
-        if operation.is_query:
-            return await self._runtime.kernel.offload(
-                engine.query,
-                self._definition,
-                self.actor_id,
-                operation,
-                args,
-                kwargs,
-                context=options.authorization,
-            )
-        # Checked here, on the turn's own thread: the engine runs in an executor thread.
-        _refuse_call(engine, self.actor_type, operation)
-        engine.require_workers()
-        deadline = engine.deadline_for(options.timeout)  # the timeout bounds the whole call
-        message_id = await self._runtime.kernel.offload(
-            engine.start_call,
-            self._definition,
-            self.actor_id,
-            operation,
-            args,
-            kwargs,
-            options,
-            deadline,
-        )
-        message: MessageReference[Any] = MessageReference(
-            self._runtime.sync,
-            message_id,
-            operation,
-            self.actor_type,
-            self.actor_id,
-            authorization=options.authorization,
-            verified=True,
-        )
-        outcome = engine.waiters.take(message_id)  # a direct turn: committed already
-        if outcome is not None:
-            return engine.settle(message, outcome)
-        offload = self._runtime.kernel.offload
-        return await engine.wait_async(message, options.timeout, offload, deadline)
+    async def _invoke(self, call: Call) -> Any:
+        kernel = self._runtime.kernel
+        return await kernel.client.call_async(call, self._waited, kernel.offload)
 
-    async def _send(
-        self,
-        operation: Operation,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        options: CallOptions,
-    ) -> AsyncMessageReference[Any]:
-        engine = self._runtime.kernel.client
-        options = _enlisted(engine, self.actor_type, operation, options)
-        _refuse_send(engine, self.actor_type, operation, options)
-        message_id = await self._runtime.kernel.offload(
-            engine.send, self._definition, self.actor_id, operation, args, kwargs, options
-        )
+    async def _send(self, call: Call) -> AsyncMessageReference[Any]:
+        kernel = self._runtime.kernel
+        message_id = await kernel.client.send_call_async(call, kernel.offload)
         return AsyncMessageReference(
             self._runtime,
             message_id,
-            operation,
+            call.operation,
             self.actor_type,
             self.actor_id,
-            authorization=options.authorization,
+            authorization=call.options.authorization,
+            verified=True,
+        )
+
+    def _waited(self, call: Call, message_id: str) -> MessageReference[Any]:
+        """The sync reference a waiting call reads its message through."""
+        return MessageReference(
+            self._runtime.sync,
+            message_id,
+            call.operation,
+            self.actor_type,
+            self.actor_id,
+            authorization=call.options.authorization,
             verified=True,
         )
 

@@ -134,6 +134,27 @@ def inside_turn() -> bool:
     return getattr(_current, "staged", None) is not None
 
 
+def refuse_inside_turn(what: str) -> None:
+    """Actor code must not call actors directly: it could wait on itself forever."""
+    if inside_turn():
+        raise CallInsideTurn(
+            f"{what} from inside an actor operation could deadlock (the actor would wait "
+            "for a mailbox that cannot move): stage the message with "
+            "self.send_to(OtherActor, actor_id).operation(...) instead; it is enqueued "
+            "in the same commit as this turn"
+        )
+
+
+def refuse_destroy_inside_turn(what: str) -> None:
+    """A destroy from actor code would commit on its own, apart from the turn's commit."""
+    if inside_turn():
+        raise CallInsideTurn(
+            f"{what} from inside an actor operation would commit on its own, outside "
+            "this turn's commit (it would stay done if the turn fails): destroy it from "
+            "outside actor code, e.g. after the call that decided it returned"
+        )
+
+
 class turn_scope:
     """Context manager that makes ``staged`` the current turn's staging area."""
 

@@ -52,14 +52,14 @@ from ..observability.events import IGNORE_ENQUEUE
 from ..options import Options
 from ..store import Enqueued, Store, Tx
 from ..store.store import TERMINAL, MessageRow, new_id
-from . import external
+from . import calls, external
 from .outcomes import Outcome, Waiters
 from .transactions import OpenTransactions
 from .waiting import Waiting
 from .worker import WorkerPool
 
 if TYPE_CHECKING:
-    from ..ref import CallOptions, MessageReference
+    from ..ref import Call, CallOptions, MessageReference
 
 log = logging.getLogger("solid_objects.client")
 
@@ -207,6 +207,27 @@ class Client(Waiting):
             extra={"solid_action": "call_denied", "actor_type": actor_type},
         )
         raise Unauthorized(f"{kind} {target} is not allowed: {reason}")
+
+    # --- a face's call, run ------------------------------------------------------------
+
+    def call(self, call: Call, reference: calls.Reference) -> Any:
+        """Run a face's call and return its committed result (``engine.calls``)."""
+        return calls.run(self, call, reference)
+
+    async def call_async(
+        self, call: Call, reference: calls.Reference, offload: calls.Offload
+    ) -> Any:
+        """:meth:`call` for the async face: blocking steps go through ``offload``."""
+        return await calls.run_async(self, call, reference, offload)
+
+    def send_call(self, call: Call) -> str:
+        """Enqueue a face's send; the message id once committed (``engine.calls``)."""
+        return self.send(*calls.send_arguments(calls.prepare_send(self, call)))
+
+    async def send_call_async(self, call: Call, offload: calls.Offload) -> str:
+        """:meth:`send_call` for the async face: the enqueue goes through ``offload``."""
+        prepared = calls.prepare_send(self, call)  # on the caller's own thread
+        return str(await offload(self.send, *calls.send_arguments(prepared)))
 
     # --- enqueue ----------------------------------------------------------------------
 
