@@ -27,6 +27,7 @@ from ..store.rows import scheduled_message
 from .activation import Activation
 from .commits_apart import DB_ERRORS
 from .turn import TurnOutcome
+from .turn_commit import TurnCommit
 
 log = logging.getLogger("solid_objects.worker")
 
@@ -43,22 +44,13 @@ class DirectTurns:
     _stopping: threading.Event
     #: (actor type, operation) -> a decaying maximum of its turns' run time (s).
     _turn_seconds: dict[tuple[str, str], float]
+    turn_commit: TurnCommit
 
     if TYPE_CHECKING:
 
         def _run_turn(
             self, act: Activation, message: MessageRow, committed_state: str | None = None
         ) -> TurnOutcome: ...
-
-        def _commit_turn(
-            self,
-            tx: Tx,
-            act: Activation,
-            message: MessageRow,
-            outcome: TurnOutcome,
-            read: bool,
-            direct: bool = False,
-        ) -> Committed: ...
 
         def _settle(
             self, act: Activation, message: MessageRow, outcome: TurnOutcome, committed: Committed
@@ -129,7 +121,7 @@ class DirectTurns:
         turn = [(act, message, outcome)]
 
         def body(tx: Tx) -> Committed:
-            committed = self._commit_turn(tx, act, message, outcome, False, direct=True)
+            committed = self.turn_commit.write(tx, act, message, outcome, False, direct=True)
             faults.point("commit.body")
             return committed
 

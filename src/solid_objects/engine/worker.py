@@ -26,7 +26,6 @@ from ..observability.events import Instrumentation, log_fields, reminder_changes
 from ..options import Options
 from ..registry import NamedHandlers, Registry
 from ..store import Claimed, Committed, Enqueued, MessageRow, Store, Tx
-from .actions import run_actions
 from .activation import Activation
 from .capability import Capability
 from .commits_apart import DB_ERRORS, CommitsApart, Turn, last_error
@@ -36,6 +35,7 @@ from .lifecycle import activate, deactivate
 from .outcomes import Outcome, Waiters
 from .presence import Presence
 from .turn import Limits, TurnOutcome, execute, failure
+from .turn_commit import TurnCommit
 
 log = logging.getLogger("solid_objects.worker")
 #: A process's stop, step by step (``solid-objects worker`` shows it at INFO by default).
@@ -90,6 +90,13 @@ class WorkerPool(DirectTurns, CommitsApart):
         self.effects = EffectRunner(store, registry, effects, options, owner, self.route)
         self.instrument: Instrumentation = self.effects.instrument  # see observability
         self.presence = Presence(store, options, owner, registry, self.effects.serving)
+        self.turn_commit = TurnCommit(
+            store,
+            options,
+            actions,
+            awaited=waiters.has,
+            traceparent=lambda key: self.instrument.traceparent(key),
+        )
         self.capability = Capability(store, registry, options)
         self.poller = Poller(self)
         self.effects.on_idle_slot = self.poller.wake
@@ -772,7 +779,7 @@ class WorkerPool(DirectTurns, CommitsApart):
             results: list[Committed | None] = []
             for (act, message, outcome), read in zip(pending, read_next, strict=True):
                 try:
-                    results.append(self._commit_turn(tx, act, message, outcome, read))
+                    results.append(self.turn_commit.write(tx, act, message, outcome, read))
                 except LeaseLost as exc:
                     fields = log_fields(message, act.head_attempt)
                     log.warning("%s", exc, extra={"solid_action": "lease_lost", **fields})
@@ -782,91 +789,6 @@ class WorkerPool(DirectTurns, CommitsApart):
             return results
 
         return body
-
-    def _commit_turn(
-        self,
-        tx: Tx,
-        act: Activation,
-        message: MessageRow,
-        outcome: TurnOutcome,
-        read: bool,
-        direct: bool = False,
-    ) -> Committed:
-        if outcome.kind == "retry":
-            delay = self.options.retry_delay(act.head_attempt)
-            self.store.retry_later(
-                tx,
-                act.lease,
-                message,
-                error=outcome.error or "{}",
-                attempt=act.head_attempt,
-                delay_ms=int(delay * 1000),
-                direct=direct,
-            )
-            self._record_traceback(tx, act, message, outcome)
-            return Committed(None, [], [])
-        completed = outcome.kind == "completed"
-        staged = outcome.staged if completed else None
-        savepoint = tx.savepoint() if staged is not None and staged.actions else None
-        committed = self.store.finish_turn(
-            tx,
-            act.lease,
-            message,
-            status=outcome.kind,
-            state=outcome.state if completed else None,
-            state_version=act.definition.state_version if act.definition else 1,
-            result=outcome.result,
-            error=outcome.error,
-            attempt=act.head_attempt,
-            lease_ms=self.options.lease_ms,
-            read_next=read,
-            staged=staged,
-            notify_done=not self.waiters.has(message.id),
-            traceparent=None
-            if staged is None
-            else self.instrument.traceparent(f"turn:{message.id}"),
-            direct=direct,
-        )
-        self._record_traceback(tx, act, message, outcome)
-        if savepoint is None or staged is None:
-            return committed
-        try:
-            run_actions(self.store.engine, self.actions, tx, message, staged.actions)
-        except Exception as exc:
-            orig = getattr(exc, "orig", exc)
-            if self.store.dialect.rolled_back(orig):
-                raise orig from exc  # the server ended the transaction: the commit runs again
-            # Undo the turn's writes, then record the failure like any failed turn.
-            savepoint.rollback()
-            log.warning(
-                "commit action of %s %r failed: %r",
-                act.actor_type,
-                act.actor_id,
-                exc,
-                exc_info=exc,
-                extra={
-                    "solid_action": "commit_action_failed",
-                    **log_fields(message, act.head_attempt),
-                },
-            )
-            failed = failure(exc, deterministic=False)
-            if act.head_attempt >= self.options.max_attempts:
-                failed.kind = "dead"
-            outcome.kind, outcome.error, outcome.staged = failed.kind, failed.error, None
-            outcome.traceback = failed.traceback
-            return self._commit_turn(tx, act, message, outcome, read, direct)
-        savepoint.release()
-        return committed
-
-    def _record_traceback(
-        self, tx: Tx, act: Activation, message: MessageRow, outcome: TurnOutcome
-    ) -> None:
-        """Store a failed attempt's traceback with its message; clear an earlier
-        attempt's when a retry succeeds (a first attempt has none to clear)."""
-        if outcome.traceback is not None:
-            self.store.record_traceback(tx, "messages", message.id, outcome.traceback)
-        elif act.head_attempt > 1 and outcome.kind in ("completed", "rejected"):
-            self.store.record_traceback(tx, "messages", message.id, None)
 
     # --- testing ----------------------------------------------------------------------
 
