@@ -110,6 +110,27 @@ def _reject_colliding_keys(value: dict[Any, Any], *, what: str) -> None:
         seen |= forms
 
 
+def holds_nul(encoded: str) -> bool:
+    """Whether canonical JSON ``encoded`` holds U+0000 in a string or a key.
+
+    PostgreSQL's ``jsonb`` cannot store that character. The text test is cheap and
+    almost always false; an escaped backslash before ``u0000`` is told apart by
+    decoding."""
+    if "\\u0000" not in encoded:
+        return False
+    return _nul_in(json.loads(encoded))
+
+
+def _nul_in(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any("\x00" in key or _nul_in(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_nul_in(item) for item in value)
+    return False
+
+
 def decode_json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 

@@ -28,7 +28,13 @@ from pydantic_core import PydanticCustomError, PydanticSerializationError, Schem
 from pydantic_core import core_schema as cs
 from typing_extensions import TypedDict
 
-from .codec import MAX_OPERATION_LENGTH, MAX_TYPE_LENGTH, encode_json, reject_non_finite
+from .codec import (
+    MAX_OPERATION_LENGTH,
+    MAX_TYPE_LENGTH,
+    encode_json,
+    holds_nul,
+    reject_non_finite,
+)
 from .errors import (
     InvalidActorDefinition,
     InvalidArguments,
@@ -350,11 +356,18 @@ class ActorDefinition:
         except (PydanticSerializationError, UnicodeError) as exc:
             raise InvalidState(f"{self.actor_type}: state is not JSON: {exc}") from None
         try:
-            return encode_json(plain, what=f"{self.actor_type} state", limit=limit)
+            encoded = encode_json(plain, what=f"{self.actor_type} state", limit=limit)
         except PayloadTooLarge:
             raise
         except InvalidArguments as exc:
             raise InvalidState(str(exc)) from None
+        if holds_nul(encoded):
+            raise InvalidState(
+                f"{self.actor_type}: state holds the character U+0000, which PostgreSQL's "
+                "jsonb cannot store; it is refused on every database, so state moves "
+                "between them unchanged"
+            )
+        return encoded
 
     def instantiate(self, actor_id: str, state: dict[str, Any]) -> Any:
         """A fresh instance holding ``state``; ``__init__`` is never called."""

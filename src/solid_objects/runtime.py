@@ -22,7 +22,7 @@ from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine, Table, event
 from sqlalchemy.engine import URL
 
 from . import guard, shutdown, staging
@@ -124,6 +124,17 @@ class Runtime:
         self.testing = Testing(self)
         #: The administration API; denies everything until ``admin.set_policy(...)``.
         self.admin = Administration(self)
+
+    @property
+    def actors_table(self) -> Table:
+        """The actors table for the application's own SQL reads (SQLAlchemy Core).
+
+        ``state`` is typed ``JSON`` (``jsonb`` on PostgreSQL), so
+        ``select(t.c.actor_id).where(t.c.actor_type == "Cart",
+        t.c.state["count"].as_integer() > 3)`` runs on every database, and can join the
+        application's tables. Read only: a write here bypasses the lease fence.
+        """
+        return self.store.actors_table
 
     # --- setup ------------------------------------------------------------------------
 
@@ -416,6 +427,12 @@ class AsyncRuntime:
     def admin(self) -> Administration:
         """The administration API of the underlying runtime (its calls block: use a thread)."""
         return self.sync.admin
+
+    @property
+    def actors_table(self) -> Table:
+        """The actors table for the application's own SQL reads (SQLAlchemy Core); see
+        :attr:`Runtime.actors_table`. Run its queries on an async engine or a thread."""
+        return self.sync.actors_table
 
     # --- running blocking work off the event loop -------------------------------------
 

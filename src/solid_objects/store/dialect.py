@@ -8,6 +8,7 @@ inside the statement that uses it. On PostgreSQL that is
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import select
@@ -20,6 +21,7 @@ from sqlalchemy import Connection, Engine, event, text
 from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 
 from .. import deadline
+from ..codec import canonical_json
 from ..errors import ConfigurationError, DatabaseError
 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_][A-Za-z0-9_]*)")
@@ -538,6 +540,21 @@ def _enable_wal(cur: Any, timeout: float) -> None:
             time.sleep(0.01)
 
 
+def _canonical_json_loader() -> type[Any]:
+    """A psycopg loader that reads ``jsonb`` as the library's canonical JSON text.
+
+    The store deals in JSON text; ``jsonb`` hands back its own spelling (spaces, keys by
+    length), and a turn compares the state it read with the one it writes to skip an
+    unchanged write, so the read is put back into the spelling the library writes."""
+    from psycopg.adapt import Loader
+
+    class Canonical(Loader):
+        def load(self, data: Any) -> str:
+            return canonical_json(json.loads(bytes(data)))
+
+    return Canonical
+
+
 class PostgreSQLDialect(Dialect):
     name = family = "postgresql"
     now_ms = "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)"
@@ -579,6 +596,8 @@ class PostgreSQLDialect(Dialect):
                 f"; SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL {self.isolation}"
             )
 
+        canonical_loader = _canonical_json_loader()
+
         @event.listens_for(engine, "connect")
         def _connect(dbapi_conn: Any, _record: Any) -> None:
             # A row lock held by a stalled transaction must not hold a caller past its
@@ -588,6 +607,7 @@ class PostgreSQLDialect(Dialect):
             # isolation_level="AUTOCOMMIT" or "SERIALIZABLE" must not change them.
             if dbapi_conn.autocommit:
                 dbapi_conn.autocommit = False
+            dbapi_conn.adapters.register_loader("jsonb", canonical_loader)
             with dbapi_conn.cursor() as cur:
                 cur.execute(settings)
                 if self.server is None:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     Column,
     Connection,
@@ -23,7 +24,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects import mysql
+from sqlalchemy.dialects import mysql, postgresql
 
 from ..errors import SchemaNotInstalled, SchemaTooNew
 from .admin import define_admin_tables, migrate_admin_tables
@@ -31,7 +32,7 @@ from .dialect import Dialect
 from .notices import KEY_NAME, new_secret
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 
 def _ident(length: int) -> String:
@@ -42,6 +43,17 @@ def _ident(length: int) -> String:
 
 def _big_text() -> Text:
     return Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+
+
+def state_type() -> Text:
+    """An actor's state: ``jsonb`` on PostgreSQL and ``JSON`` on MySQL/MariaDB, so the
+    application can index it and query it in SQL; text elsewhere (SQLite's JSON
+    functions read text, CockroachDB's dialect keeps text)."""
+    return (
+        Text()
+        .with_variant(postgresql.JSONB(), "postgresql")
+        .with_variant(mysql.JSON(), "mysql", "mariadb")
+    )
 
 
 _PK = BigInteger().with_variant(Integer(), "sqlite")
@@ -61,7 +73,7 @@ def build_metadata(prefix: str) -> MetaData:
         Column("pk", _PK, primary_key=True, autoincrement=True),
         Column("actor_type", _ident(128), nullable=False),
         Column("actor_id", _ident(255), nullable=False),
-        Column("state", _big_text(), nullable=True),
+        Column("state", state_type(), nullable=True),
         Column("state_version", Integer, nullable=False, server_default="1"),
         # Mailbox: queued messages are exactly seq done_seq+1 .. next_seq-1.
         Column("next_seq", BigInteger, nullable=False, server_default="1"),
@@ -266,6 +278,23 @@ def build_metadata(prefix: str) -> MetaData:
     return md
 
 
+def queryable_actors(prefix: str) -> Table:
+    """The actors table as the application reads it with SQLAlchemy Core: identity,
+    state as ``JSON`` (so ``table.c.state["items"]`` compiles to each database's JSON
+    path operator) and the state version and times. Only what is safe to read; the
+    lease and mailbox columns are the engine's."""
+    return Table(
+        f"{prefix}actors",
+        MetaData(),
+        Column("actor_type", String(128), nullable=False),
+        Column("actor_id", String(255), nullable=False),
+        Column("state", JSON().with_variant(postgresql.JSONB(), "postgresql"), nullable=True),
+        Column("state_version", Integer, nullable=False),
+        Column("created_at", BigInteger, nullable=False),
+        Column("updated_at", BigInteger, nullable=False),
+    )
+
+
 def _create(conn: Connection, md: MetaData, *names: str) -> None:
     prefix = md.info["prefix"]
     md.create_all(conn, tables=[md.tables[prefix + n] for n in names], checkfirst=True)
@@ -415,6 +444,43 @@ def _migrate_to_13(conn: Connection, md: MetaData) -> None:
         conn.execute(text(f"ALTER TABLE {table} ADD COLUMN capabilities {kind} NULL"))
 
 
+def _migrate_to_14(conn: Connection, md: MetaData) -> None:
+    """Native JSON state: ``actors.state`` becomes ``jsonb`` on PostgreSQL and ``JSON``
+    on MySQL/MariaDB (every stored state is already valid JSON, so nothing is lost;
+    the conversion rewrites the table once). SQLite keeps text."""
+    from sqlalchemy import inspect
+
+    table = f"{md.info['prefix']}actors"
+    name = conn.dialect.name
+    column = next(c for c in inspect(conn).get_columns(table) if c["name"] == "state")
+    if name == "postgresql" and not isinstance(column["type"], postgresql.JSONB):
+        conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN state TYPE jsonb USING state::jsonb"))
+    elif name in ("mysql", "mariadb") and not _mysql_json(conn, table):
+        conn.execute(text(f"ALTER TABLE {table} MODIFY state JSON NULL"))
+
+
+def _mysql_json(conn: Connection, table: str) -> bool:
+    """Whether ``state`` is JSON already: MySQL says so in its column type, MariaDB
+    (where JSON is LONGTEXT checked by ``JSON_VALID``) in a check constraint."""
+    found = conn.execute(
+        text(
+            "SELECT DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()"
+            " AND TABLE_NAME = :t AND COLUMN_NAME = 'state'"
+        ),
+        {"t": table},
+    ).scalar()
+    if str(found).lower() == "json":
+        return True
+    checks = conn.execute(
+        text(
+            "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS"
+            " WHERE CONSTRAINT_SCHEMA = DATABASE() AND TABLE_NAME = :t"
+        ),
+        {"t": table},
+    ).scalars()
+    return any("json_valid(`state`)" in str(clause).lower() for clause in checks)
+
+
 def _insert_notice_key(conn: Connection, prefix: str) -> None:
     found = conn.execute(
         text(f"SELECT 1 FROM {prefix}secrets WHERE name = :n"), {"n": KEY_NAME}
@@ -441,6 +507,7 @@ MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_11,
     _migrate_to_12,
     _migrate_to_13,
+    _migrate_to_14,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

@@ -9,6 +9,7 @@ control, processes and retention.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import random
@@ -19,7 +20,7 @@ from concurrent.futures import Future
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, Table
 from sqlalchemy.exc import DBAPIError
 
 from .. import deadline
@@ -137,6 +138,11 @@ class Store(
         self._batcher = EnqueueBatcher(self.transact)
         #: The MAC key of the wake-up payloads that carry data (``store/notices.py``).
         self.notice_key = NoticeKey(self._read_notice_key)
+
+    @functools.cached_property
+    def actors_table(self) -> Table:
+        """The actors table for the application's own reads (``schema.queryable_actors``)."""
+        return schema.queryable_actors(self.prefix)
 
     # --- plumbing ---------------------------------------------------------------------
 
