@@ -203,6 +203,9 @@ def test_a_process_that_exits_without_close_releases_its_leases(
         [sys.executable, "-m", "tests.apps.exits", mode],
         cwd=ROOT,
         env={**os.environ, "SOLID_TEST_DB": db_url},
+        # A suite started in the background (``cmd &``) inherits SIGINT ignored, and so
+        # would the program, which must see the signal as a terminal sends it.
+        preexec_fn=_default_sigint,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -235,6 +238,10 @@ def test_a_process_that_exits_without_close_releases_its_leases(
     with runtime:
         assert runtime.ref(Tally, "t").add(n=1) == 2
     runtime.close()
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _lease_owner(runtime: Runtime) -> str | None:

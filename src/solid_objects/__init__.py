@@ -43,6 +43,7 @@ from .errors import (
     UnknownOperation,
 )
 from .message import MessageInfo, Sender
+from .projections import Found, FoundPage, projection
 from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref
 from .runtime import AsyncRuntime, Runtime
 
@@ -60,6 +61,8 @@ __all__ = [
     "CommitContext",
     "EffectContext",
     "ForeignDatabase",
+    "Found",
+    "FoundPage",
     "IdempotencyConflict",
     "InvalidArguments",
     "LeaseLost",
@@ -82,5 +85,6 @@ __all__ = [
     "UnknownOperation",
     "__version__",
     "payload",
+    "projection",
     "query",
 ]

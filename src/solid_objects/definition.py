@@ -45,6 +45,7 @@ from .errors import (
 )
 from .guard import fenced
 from .observe import Observables, build_observables, is_payload
+from .projections import Projections, build_projections, is_projection
 
 #: Names that belong to the library on actors and references; no field or
 #: operation may use them.
@@ -263,6 +264,9 @@ class ActorDefinition:
     operations: dict[str, Operation] = field(default_factory=dict)
     #: What realtime subscribers may observe (``observables``, ``@payload``); None: nothing.
     observables: Observables | None = None
+    #: Values derived from the state, kept in a table's columns (``@projection``); None:
+    #: the class declares none.
+    projections: Projections | None = None
 
     #: Each state field's Python type when every field is a plain ``int``, ``str`` or
     #: ``bool`` (no constraint, no validator); None otherwise. See :meth:`reload_into`.
@@ -491,6 +495,7 @@ def build_definition(cls: type, base: type) -> ActorDefinition:
         state=state,
         operations=operations,
         observables=build_observables(cls, getattr(cls, "observables", ()), normalized, payloads),
+        projections=build_projections(cls, actor_type),
     )
 
 
@@ -566,6 +571,8 @@ def _collect_members(
             continue
         if name in HOOK_NAMES:
             _check_hook(cls, name, member)
+        elif is_projection(member):
+            operations.pop(name, None)
         elif is_payload(member):
             payloads[name] = member
             operations.pop(name, None)

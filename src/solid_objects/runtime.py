@@ -26,7 +26,7 @@ from sqlalchemy import Engine, Table, event
 from sqlalchemy.engine import URL
 
 from . import guard, shutdown, staging
-from .actor import Actor
+from .actor import Actor, definition_of
 from .admin import Administration
 from .authorization import bind_caller_loop, check_policies, wrap_async_policies
 from .catalogue import CATALOGUE
@@ -36,10 +36,12 @@ from .engine.client import Client
 from .engine.kernel import AsyncKernel, Kernel
 from .engine.notices import NoticeDispatch
 from .engine.outcomes import Waiters
+from .engine.projections import find as find_by_projection
 from .engine.wakeup import listener_for
 from .engine.worker import WorkerPool
 from .errors import ApplicationWriteForbidden, ConfigurationError
 from .options import Options
+from .projections import FoundPage
 from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref, resolve_operation
 from .registry import NamedHandlers, Registry
 from .store import Store
@@ -64,6 +66,15 @@ def _refuse_inside_turn(*_: Any) -> None:
             "actor operations may not use the runtime's database connection directly: "
             "stage the write with self.commit_action(name, ...) so it commits with the turn"
         )
+
+
+def projection_table(store: Store, cls: type[Actor]) -> Table:
+    projections = definition_of(cls).projections
+    if projections is None:
+        raise ConfigurationError(
+            f"{cls.__qualname__} declares no @projection: it has no projection table"
+        )
+    return store.projections.table(projections.spec)
 
 
 class Runtime:
@@ -136,12 +147,47 @@ class Runtime:
         """
         return self.store.actors_table
 
+    def projection_table(self, cls: type[Actor]) -> Table:
+        """The projection table of ``cls`` (its ``@projection`` values, one row per actor,
+        keyed by ``actor_id``) as SQLAlchemy Core sees it, for the application's reads
+        and joins. Read only: the turns write it."""
+        return projection_table(self.store, cls)
+
+    def find(
+        self,
+        cls: type[Actor],
+        where: Any = None,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        authorization: Any = None,
+    ) -> FoundPage:
+        """Actors of ``cls`` whose projection row matches ``where``, a page at a time.
+
+        ``where`` is a SQLAlchemy condition on :meth:`projection_table`'s columns
+        (``t.c.item_count > 3``), or None for all; pages go in ``actor_id`` order, and
+        ``next_cursor`` asks for the next. Each actor is shown only if
+        ``authorize_query`` allows reading it (``authorization`` is the context).
+        """
+        return find_by_projection(
+            self._engine,
+            definition_of(cls),
+            where,
+            limit=limit,
+            cursor=cursor,
+            context=authorization,
+        )
+
     # --- setup ------------------------------------------------------------------------
 
     def install(self) -> None:
         """Create or upgrade the library's tables. Idempotent; safe from many processes."""
         self.store.install()
         self._engine._schema_checked = True
+        ambiguous = self.registry.ambiguous()
+        for actor_type in self.registry.types():
+            if actor_type not in ambiguous:
+                self._pool.projections.prepare(self.registry.get(actor_type))
 
     def register(self, cls: type[A]) -> type[A]:
         """Make an actor class runnable by this process's workers. Usable as a decorator.
@@ -433,6 +479,26 @@ class AsyncRuntime:
         """The actors table for the application's own SQL reads (SQLAlchemy Core); see
         :attr:`Runtime.actors_table`. Run its queries on an async engine or a thread."""
         return self.sync.actors_table
+
+    def projection_table(self, cls: type[Actor]) -> Table:
+        """The projection table of ``cls`` for the application's reads and joins; see
+        :meth:`Runtime.projection_table`."""
+        return self.sync.projection_table(cls)
+
+    async def find(
+        self,
+        cls: type[Actor],
+        where: Any = None,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        authorization: Any = None,
+    ) -> FoundPage:
+        """Actors of ``cls`` whose projection row matches ``where``, a page at a time;
+        see :meth:`Runtime.find`."""
+        return await self._run(
+            self.sync.find, cls, where, limit=limit, cursor=cursor, authorization=authorization
+        )
 
     # --- running blocking work off the event loop -------------------------------------
 

@@ -30,6 +30,7 @@ from .writes import (
     StagedAction,
     StagedEffect,
     StagedMessage,
+    StagedProjection,
     StagedReminder,
 )
 
@@ -96,10 +97,18 @@ class Staged:
     #: What subscribers may see changed (``Observables.changes``), for the broadcast
     #: outbox; only ever set for an actor class that declares observables.
     broadcast: str | None = None
+    #: The actor's projection row, set by the turn runner when the state changed; only
+    #: ever set for an actor class that declares projections.
+    projection: StagedProjection | None = None
 
     def __bool__(self) -> bool:
         return bool(
-            self.effects or self.reminders or self.messages or self.actions or self.broadcast
+            self.effects
+            or self.reminders
+            or self.messages
+            or self.actions
+            or self.broadcast
+            or self.projection
         )
 
 

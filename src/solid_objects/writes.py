@@ -66,6 +66,36 @@ class CancelledReminder:
     key: str
 
 
+@dataclass(frozen=True, slots=True)
+class ProjectionColumn:
+    """One projection: its column name, kind (``int``, ``float``, ``str``, ``bool``,
+    ``datetime``, ``decimal``) and whether it may be NULL."""
+
+    name: str
+    kind: str
+    nullable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionSpec:
+    """An actor type's projection table: ``table`` None means the default name
+    (``{prefix}{type}_projection``); ``fingerprint`` changes with the definition, which
+    makes the store compute every row again."""
+
+    actor_type: str
+    table: str | None
+    columns: tuple[ProjectionColumn, ...]
+    fingerprint: str
+
+
+@dataclass(frozen=True, slots=True)
+class StagedProjection:
+    """The projection row of the actor whose turn commits: one value per column."""
+
+    spec: ProjectionSpec
+    values: tuple[object, ...]
+
+
 class TurnWrites(Protocol):
     """What the store reads of one turn's staging (``staging.Staged`` is one)."""
 
@@ -83,3 +113,6 @@ class TurnWrites(Protocol):
 
     @property
     def broadcast(self) -> str | None: ...
+
+    @property
+    def projection(self) -> StagedProjection | None: ...

@@ -19,13 +19,14 @@ from typing import Any, Literal
 
 from ..codec import canonical_json
 from ..definition import ActorDefinition
-from ..errors import DETERMINISTIC, Rejected, UnknownOperation, error_document
+from ..errors import DETERMINISTIC, InvalidState, Rejected, UnknownOperation, error_document
 from ..message import MessageInfo, decode_sender
 from ..observability.events import log_fields
 from ..staging import Staged, is_callback, turn_scope
 from ..store import MessageRow
 from ..store.store import new_id
 from ..tracebacks import format_traceback
+from ..writes import StagedProjection
 
 log = logging.getLogger("solid_objects.turn")
 
@@ -157,6 +158,12 @@ def execute(
         changed = state
         if definition.observables is not None:
             staged.broadcast = definition.observables.changes(committed_state, state)
+        if definition.projections is not None:
+            try:
+                values = definition.projections.row(instance)
+            except InvalidState as exc:
+                return failure(exc, deterministic=True)
+            staged.projection = StagedProjection(definition.projections.spec, values)
     return TurnOutcome(
         "completed",
         result=result,

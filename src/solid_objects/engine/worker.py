@@ -34,6 +34,7 @@ from .effects import EffectRunner
 from .lifecycle import activate, deactivate
 from .outcomes import Outcome, Waiters
 from .presence import Presence
+from .projections import ProjectionKeeper
 from .turn import Limits, TurnOutcome, execute, failure
 from .turn_commit import TurnCommit
 
@@ -98,6 +99,8 @@ class WorkerPool(DirectTurns, CommitsApart):
             traceparent=lambda key: self.instrument.traceparent(key),
         )
         self.capability = Capability(store, registry, options)
+        #: Projection tables made ready before a turn of their type runs here.
+        self.projections = ProjectionKeeper(store)
         self.poller = Poller(self)
         self.effects.on_idle_slot = self.poller.wake
         #: Called with (actor_type, actor_id) after a commit that wrote a broadcast row
@@ -448,6 +451,7 @@ class WorkerPool(DirectTurns, CommitsApart):
         """Hydrate the instance; an error here is a setup failure with an attempt budget."""
         try:
             definition = self.registry.get(act.actor_type)
+            self.projections.prepare(definition)
             state = definition.load_state(act.state_json, act.state_version)
             act.definition = definition
             act.instance = definition.instantiate(act.actor_id, state)

@@ -25,12 +25,15 @@ transaction that could be waiting for it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import schema
 from .admin_rows import ACTOR_COLS, ActorRow, read_actor
 from .dialect import Dialect, Tx
 from .mailbox import incarnation_lock_key
+
+if TYPE_CHECKING:
+    from .projections import ProjectionStatements
 
 #: Nothing waits for the actor ``a``, and it was not touched since ``:cutoff``.
 QUIET = (
@@ -56,6 +59,7 @@ class IdleStatements:
 
     prefix: str
     dialect: Dialect
+    projections: ProjectionStatements
 
     def _idle(self, template: str) -> str:
         return template.replace("{resolutions}", f"{self.prefix}resolutions")
@@ -183,7 +187,10 @@ class IdleStatements:
             f"DELETE FROM {{actors}} WHERE pk IN ({gone})",
             {f"g{n}": int(r[0]) for n, r in enumerate(still)},
         )
-        return [(str(r[1]), str(r[2])) for r in still]
+        expired = [(str(r[1]), str(r[2])) for r in still]
+        for actor_type in sorted({t for t, _ in expired}):
+            self.projections.delete(tx, actor_type, [i for t, i in expired if t == actor_type])
+        return expired
 
     # --- the test helper ---------------------------------------------------------------
 
@@ -207,6 +214,7 @@ class IdleStatements:
         """
         md = schema.build_metadata(self.prefix)
         names = [t.name for t in reversed(md.sorted_tables) if t.name != f"{self.prefix}schema"]
+        names += self.projections.known_tables(tx)
         for name in names:
             tx.run(f"DELETE FROM {name}")
         return names

@@ -20,6 +20,7 @@ from .dialect import Tx
 from .rows import encode_sender
 
 if TYPE_CHECKING:
+    from .projections import ProjectionStatements
     from .store import Enqueued, MessageRow
 
 
@@ -79,6 +80,7 @@ class OutboxStatements:
     enqueue_later: Callable[..., MessageRow]
     now: Callable[[Tx], int]
     write_broadcast: Callable[..., None]
+    projections: ProjectionStatements
 
     # --- writing what a turn staged -------------------------------------------------
 
@@ -123,6 +125,8 @@ class OutboxStatements:
                     "tp": traceparent,
                 },
             )
+        if staged.projection is not None:
+            self.projections.write(tx, actor_id, staged.projection)
         outcomes = staged.reminder_outcomes
         outcomes.clear()  # a commit run again (after a failed one) reports afresh
         for change in staged.reminders:

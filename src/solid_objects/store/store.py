@@ -35,6 +35,7 @@ from .mailbox import MailboxStatements
 from .notices import KEY_NAME, NoticeKey
 from .outbox import OutboxStatements
 from .processes import ProcessStatements
+from .projections import ProjectionStatements
 from .promotion import PromotionStatements
 from .retention import RetentionStatements
 from .rows import (
@@ -136,6 +137,8 @@ class Store(
             else None
         )
         self._batcher = EnqueueBatcher(self.transact)
+        #: Projection tables: their DDL and the upsert a turn's commit runs.
+        self.projections = ProjectionStatements(engine, self.dialect, prefix)
         #: The MAC key of the wake-up payloads that carry data (``store/notices.py``).
         self.notice_key = NoticeKey(self._read_notice_key)
 
@@ -691,4 +694,5 @@ class Store(
             self.broadcast_destroyed(tx, int(pk), actor_type, actor_id)
         tx.run("DELETE FROM {actors} WHERE pk = :pk", {"pk": pk})
         self.delete_reminders_of(tx, int(pk))
+        self.projections.delete(tx, actor_type, [actor_id])
         return True
