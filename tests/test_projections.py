@@ -21,13 +21,17 @@ import pytest
 import sqlalchemy as sa
 
 from solid_objects import Actor, AsyncRuntime, AuthorizationRequest, Rejected, Runtime, projection
+from solid_objects.engine.turn import Limits, execute
 from solid_objects.errors import (
     ConfigurationError,
     InvalidActorDefinition,
     InvalidArguments,
+    LeaseLost,
     MessageFailed,
 )
 from solid_objects.faults import SimulatedCrash, inject
+from solid_objects.store import Claimed
+from solid_objects.store.dialect import Tx
 
 from .conftest import FAST
 
@@ -467,3 +471,78 @@ def test_find_on_the_async_face_is_the_same(
     till = rt.projection_table(Till)
     assert page == rt.find(Till, till.c.item_count == 4)
     assert [f.actor_id for f in page.items] == ["a1"]
+
+
+def claim_till(rt: Runtime, actor_id: str, owner: str) -> Claimed:
+    store = rt.store
+    with store.read() as tx:
+        pk, generation = tx.row(
+            "SELECT pk, lease_generation FROM {actors} WHERE actor_id = :i", {"i": actor_id}
+        )
+    store.transact(
+        lambda tx: tx.run("UPDATE {actors} SET lease_expires_at = 0 WHERE pk = :pk", {"pk": pk})
+    )
+    claimed = store.transact(lambda tx: store.claim(tx, int(pk), int(generation), owner, 60_000))
+    assert claimed is not None and claimed.head is not None
+    return claimed
+
+
+def test_a_projection_turn_is_one_statement_on_postgresql_and_a_refused_fence_writes_no_row(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker commits several actors' turns in one transaction and goes on past a
+    refused fence: the refused turn's projection row must not be written."""
+    rt = make_runtime(workers=0, actors=[Till])
+    for actor_id in ("stale", "held"):
+        rt.ref(Till, actor_id).add.send(sku="tea")
+    claims = {actor_id: claim_till(rt, actor_id, "worker-a") for actor_id in ("stale", "held")}
+    definition = rt.registry.get("Till")
+    outcomes = {}
+    for actor_id, claimed in claims.items():
+        assert claimed.head is not None
+        instance = definition.instantiate(actor_id, definition.load_state(claimed.state, 1))
+        outcome = execute(
+            definition, instance, claimed.state, claimed.head, Limits(1 << 20, 1 << 20)
+        )
+        assert outcome.staged is not None and outcome.staged.projection is not None
+        outcomes[actor_id] = outcome
+    claim_till(rt, "stale", "worker-b")  # took over between worker-a's turn and its commit
+
+    statements: list[str] = []
+    for name in ("run", "row", "rows"):
+        original = getattr(Tx, name)
+
+        def counted(self: Tx, template: str, params: Any = None, _original: Any = original) -> Any:
+            statements.append(template.split()[0])
+            return _original(self, template, params)
+
+        monkeypatch.setattr(Tx, name, counted)
+    refused: list[str] = []
+
+    def commit_both(tx: Tx) -> None:
+        for actor_id, claimed in claims.items():
+            assert claimed.head is not None
+            try:
+                rt.store.finish_turn(
+                    tx,
+                    claimed.lease,
+                    claimed.head,
+                    status="completed",
+                    state=outcomes[actor_id].state,
+                    state_version=1,
+                    result=outcomes[actor_id].result,
+                    error=None,
+                    attempt=1,
+                    lease_ms=60_000,
+                    staged=outcomes[actor_id].staged,
+                )
+            except LeaseLost:
+                refused.append(actor_id)
+
+    rt.store.transact(commit_both)
+    assert refused == ["stale"]
+    if rt.store.dialect.writable_cte:
+        assert statements == ["WITH", "WITH"]  # fence, message, projection row: one each
+    with rt.store.read() as tx:
+        assert tx.rows("SELECT actor_id, item_count FROM till_projection") == [("held", 1)]
+        assert tx.scalar("SELECT state FROM {actors} WHERE actor_id = 'stale'") is None

@@ -116,3 +116,21 @@ class TurnWrites(Protocol):
 
     @property
     def projection(self) -> StagedProjection | None: ...
+
+    @property
+    def actions(self) -> Sequence[StagedAction]: ...
+
+
+def nothing_but_projection(staged: TurnWrites | None) -> bool:
+    """Whether a turn staged nothing, or nothing but its actor's projection row: such a
+    turn commits in one statement where the database allows it (``store.turns``)."""
+    if not staged:
+        return True
+    return (
+        staged.projection is not None
+        and not staged.effects
+        and not staged.reminders
+        and not staged.messages
+        and not staged.broadcast
+        and not staged.actions
+    )

@@ -24,6 +24,7 @@ from ..observability.events import Instrumentation
 from ..options import Options
 from ..store import Committed, MessageRow, Store, Tx
 from ..store.rows import scheduled_message
+from ..writes import nothing_but_projection
 from .activation import Activation
 from .commits_apart import DB_ERRORS
 from .turn import TurnOutcome
@@ -127,7 +128,7 @@ class DirectTurns:
 
         started = time.perf_counter()
         if (
-            outcome.staged is None
+            nothing_but_projection(outcome.staged)
             and outcome.kind != "retry"
             and outcome.traceback is None
             and self.store.dialect.writable_cte
@@ -143,6 +144,7 @@ class DirectTurns:
                     result=outcome.result,
                     error=outcome.error,
                     lease_ms=self.options.lease_ms,
+                    projection=None if outcome.staged is None else outcome.staged.projection,
                 )
                 return Committed(None, [], [])
 

@@ -215,6 +215,39 @@ class ProjectionStatements:
             self._upserts[key] = sql
         return sql
 
+    def after_fence(self, staged: StagedProjection, fence: str = "a") -> str:
+        """The upsert as a PostgreSQL ``WITH`` part of the one-statement commit
+        (``turns._one_statement``, ``finish_direct``): it writes only if the fence
+        part (``fence``) returned a row. Each value is cast to its column's type, as a
+        ``SELECT`` list gives the server no column to infer it from (a NULL would be
+        text)."""
+        spec = staged.spec
+        key = f"cte\0{fence}\0{spec.actor_type}\0{spec.fingerprint}"
+        sql = self._upserts.get(key)
+        if sql is None:
+            q = self._quote
+            table = self.table(spec)
+            names = [q(c.name) for c in spec.columns]
+            values = ", ".join(
+                f"CAST(:p{n} AS {table.c[c.name].type.compile(dialect=self.engine.dialect)})"
+                for n, c in enumerate(spec.columns)
+            )
+            sets = ", ".join(f"{n} = excluded.{n}" for n in names)
+            sql = (
+                f"INSERT INTO {q(table.name)} (actor_id, {', '.join(names)}) "
+                f"SELECT :p_actor_id, {values} WHERE EXISTS (SELECT 1 FROM {fence}) "
+                f"ON CONFLICT (actor_id) DO UPDATE SET {sets}"
+            )
+            self._upserts[key] = sql
+        return sql
+
+    def parameters(self, actor_id: str, staged: StagedProjection) -> dict[str, Any]:
+        """The parameters of :meth:`after_fence`."""
+        params: dict[str, Any] = {"p_actor_id": actor_id}
+        for n, (column, value) in enumerate(zip(staged.spec.columns, staged.values, strict=True)):
+            params[f"p{n}"] = self._bind(column.kind, value)
+        return params
+
     def _bind(self, kind: str, value: Any) -> Any:
         if value is None:
             return None

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
 from ..errors import LeaseLost
-from ..writes import TurnWrites
+from ..writes import StagedProjection, TurnWrites, nothing_but_projection
 from .dialect import Dialect, Tx
 from .notices import NoticeKey, done_hint, outcome_notice
 from .rows import MSG_COLS, Committed, Lease, MessageRow, message_row, new_id
+
+if TYPE_CHECKING:
+    from .projections import ProjectionStatements
 
 
 class TurnStatements:
@@ -33,6 +36,7 @@ class TurnStatements:
     publish: Callable[[str], None] | None
     head_message: Callable[[Tx, int, int], MessageRow | None]
     write_staged: Callable[..., list[MessageRow]]
+    projections: ProjectionStatements
     _retrying: Callable[
         [Callable[[Tx], int], Callable[[Engine, Any], AbstractContextManager[Tx]]], int
     ]
@@ -90,7 +94,7 @@ class TurnStatements:
         fenced on the mailbox being empty, and the message row is inserted finished.
         """
         assert message.seq is not None
-        if not direct and not staged and self.dialect.writable_cte:
+        if not direct and self.dialect.writable_cte and nothing_but_projection(staged):
             return self._finish_in_one(
                 tx,
                 lease,
@@ -104,6 +108,7 @@ class TurnStatements:
                 lease_ms=lease_ms,
                 read_next=read_next,
                 notify_done=notify_done,
+                projection=None if staged is None else staged.projection,
             )
         # MySQL/MariaDB: the row's next_seq comes back as the fence's insert id instead.
         next_seq_back = (
@@ -199,8 +204,10 @@ class TurnStatements:
         lease_ms: int,
         read_next: bool,
         notify_done: bool,
+        projection: StagedProjection | None = None,
     ) -> Committed:
-        """``finish_turn`` of a turn that staged nothing, as one statement
+        """``finish_turn`` of a turn that staged nothing but its projection row, as one
+        statement
         (``Dialect.writable_cte``): the fenced ``UPDATE``, the message's ``UPDATE``, its
         NOTIFY and the read of the next head cost one round trip instead of four.
 
@@ -214,7 +221,10 @@ class TurnStatements:
         assert message.seq is not None
         call = self.dialect.notify_call if notify_done and self.publish is None else None
         statement = self._one_statement(
-            write_state=state is not None, read_next=read_next, notify_call=call
+            write_state=state is not None,
+            read_next=read_next,
+            notify_call=call,
+            projection=None if projection is None else self.projections.after_fence(projection),
         )
         params = self._fence_params(
             lease,
@@ -232,6 +242,8 @@ class TurnStatements:
             params.update(
                 channel=self.channel, payload=self._done_notice(message.id, status, result, error)
             )
+        if projection is not None:
+            params.update(self.projections.parameters(message.actor_id, projection))
         row = tx.row(statement, params)
         if row is None:
             raise LeaseLost(
@@ -249,10 +261,18 @@ class TurnStatements:
             )
         return Committed(head, [], [])
 
-    def _one_statement(self, *, write_state: bool, read_next: bool, notify_call: str | None) -> str:
+    def _one_statement(
+        self,
+        *,
+        write_state: bool,
+        read_next: bool,
+        notify_call: str | None,
+        projection: str | None = None,
+    ) -> str:
         """The data-modifying ``WITH`` of :meth:`_finish_in_one`: one row if the fence
         held (``next_seq``, then the next head's columns, NULL when none or not asked
-        for), none otherwise."""
+        for), none otherwise. ``projection`` is the upsert of the projection row, run
+        only when the fence held (``ProjectionStatements.after_fence``)."""
         head = ", ".join(f"h.{c.strip()}" for c in MSG_COLS.split(","))
         return (
             "WITH a AS ("
@@ -261,7 +281,9 @@ class TurnStatements:
             "result = :result, error = :error, attempts = :attempt, completed_at = {now} "
             "WHERE "
             + self._THE_MESSAGE
-            + " AND EXISTS (SELECT 1 FROM a)) SELECT a.next_seq"
+            + " AND EXISTS (SELECT 1 FROM a))"
+            + ("" if projection is None else f", p AS ({projection})")
+            + " SELECT a.next_seq"
             + (f", {head}" if read_next else "")
             + (f", {notify_call}" if notify_call is not None else "")
             + " FROM a"
@@ -293,9 +315,11 @@ class TurnStatements:
         result: str | None,
         error: str | None,
         lease_ms: int,
+        projection: StagedProjection | None = None,
     ) -> None:
-        """``finish_turn(..., direct=True)`` of a turn that staged nothing, as one
-        statement that is its own transaction (``Dialect.writable_cte``).
+        """``finish_turn(..., direct=True)`` of a turn that staged nothing but its
+        projection row, as one statement that is its own transaction
+        (``Dialect.writable_cte``).
 
         One round trip instead of BEGIN, UPDATE, INSERT and COMMIT: the ``INSERT``
         reads the fenced ``UPDATE``'s ``RETURNING``, so a refused fence writes nothing
@@ -319,10 +343,16 @@ class TurnStatements:
             tp=message.traceparent,
             attempt=1,
         )
+        upsert = ""
+        if projection is not None:
+            params.update(self.projections.parameters(message.actor_id, projection))
+            upsert = f", p AS ({self.projections.after_fence(projection, fence='turn')})"
         statement = (
             "WITH turn AS ("
             + self._finish_update(write_state=state is not None, direct=True)
-            + " RETURNING pk) INSERT INTO {messages} ("
+            + " RETURNING pk)"
+            + upsert
+            + " INSERT INTO {messages} ("
             + self._FINISHED_COLUMNS
             + ") SELECT "
             + self._finished_values(actor_pk="pk", completed="{now}")
@@ -502,3 +532,4 @@ class TurnStatements:
                 "tp": message.traceparent,
             },
         )
+
