@@ -231,6 +231,8 @@ def test_unauthorized_calls_raise_and_write_nothing(
             "status": admin.status,
             "actors.list": lambda: admin.list_actors("Ledger"),
             "actors.inspect": lambda: admin.inspect_actor("Ledger", "L"),
+            "actors.history": lambda: admin.actor_history("Ledger", "L"),
+            "actors.fork": lambda: admin.fork_actor("Ledger", "L", "L2"),
             "dead_letters.list": admin.list_dead_letters,
             "dead_letters.inspect": lambda: admin.get_dead_letter(dead.id),
             "dead_letters.retry": lambda: admin.retry_dead_letter(dead.id),

@@ -267,6 +267,8 @@ class ActorDefinition:
     #: Values derived from the state, kept in a table's columns (``@projection``); None:
     #: the class declares none.
     projections: Projections | None = None
+    #: Whether each finished turn is written to the journal (``journaled = True``).
+    journaled: bool = False
 
     #: Each state field's Python type when every field is a plain ``int``, ``str`` or
     #: ``bool`` (no constraint, no validator); None otherwise. See :meth:`reload_into`.
@@ -496,7 +498,16 @@ def build_definition(cls: type, base: type) -> ActorDefinition:
         operations=operations,
         observables=build_observables(cls, getattr(cls, "observables", ()), normalized, payloads),
         projections=build_projections(cls, actor_type),
+        journaled=_journaled(cls),
     )
+
+
+def _journaled(cls: type) -> bool:
+    """The class setting ``journaled`` (a bool; off by default)."""
+    value = getattr(cls, "journaled", False)
+    if not isinstance(value, bool):
+        raise _fail(cls, f"journaled must be True or False, not {value!r}")
+    return value
 
 
 def _class_settings(cls: type) -> tuple[str, int, Mapping[int, Any]]:

@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, overload
 
-from .errors import ConfigurationError, OperationRefused
+from .engine.turn import replay
+from .errors import ConfigurationError, NotFound, OperationRefused
 
 if TYPE_CHECKING:
     from .runtime import AsyncRuntime, Runtime
@@ -180,6 +181,30 @@ class Testing:
         runtime.kernel.release_all()
         runtime.store.transact(runtime.store.empty_tables)
 
+    def replay(self, message_id: str) -> Any:
+        """Run a finished message of a journaled class (``journaled = True``) again, with
+        today's code, against the state it originally ran on; return its result or raise
+        what it raises (a dead letter's exception, with its traceback in this process).
+        Nothing is written."""
+        runtime = self._runtime
+        runtime.kernel.ensure_schema()
+        with runtime.store.read() as tx:
+            entry = runtime.store.journal.of_message(tx, message_id)
+        if entry is None:
+            raise NotFound(
+                f"message {message_id!r} has no journal entry (its class is not journaled, "
+                "it has not finished, or retention pruned it)"
+            )
+        definition = runtime.registry.get(entry.actor_type)
+        return replay(
+            definition,
+            entry.actor_id,
+            entry.state_before,
+            entry.state_version,
+            entry.operation,
+            entry.arguments,
+        )
+
     def capture_effects(self) -> EffectCapture:
         """Hold this runtime's effect handlers and list the effects emitted meanwhile:
         ``with runtime.testing.capture_effects() as effects: ...``."""
@@ -206,6 +231,11 @@ class AsyncTesting:
     async def reset(self) -> None:
         """Empty the library's tables (:meth:`Testing.reset`; needs ``allow_reset=True``)."""
         await self._runtime.kernel.offload(self._runtime.sync.testing.reset)
+
+    async def replay(self, message_id: str) -> Any:
+        """Run a journaled message again against the state it ran on
+        (:meth:`Testing.replay`)."""
+        return await self._runtime.kernel.offload(self._runtime.sync.testing.replay, message_id)
 
     def capture_effects(self) -> EffectCapture:
         """As :meth:`Testing.capture_effects`; use it with ``with`` or ``async with``."""

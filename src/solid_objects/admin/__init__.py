@@ -24,6 +24,7 @@ in the same transaction.
 
 from ..errors import NotFound, OperationRefused
 from .api import Administration
+from .history import ForkedActor, JournalEntry
 from .policy import ACTIONS, READ_ACTIONS, WRITE_ACTIONS, Action, Grants, Policy, allow, deny_all
 from .views import (
     Activity,
@@ -70,7 +71,9 @@ __all__ = [
     "DiscardedDeadLetter",
     "EffectInfo",
     "ExpiryReport",
+    "ForkedActor",
     "Grants",
+    "JournalEntry",
     "LeaseInfo",
     "MailboxMessage",
     "NotFound",

@@ -129,6 +129,7 @@ class DirectTurns:
         started = time.perf_counter()
         if (
             nothing_but_projection(outcome.staged)
+            and not (act.definition is not None and act.definition.journaled)
             and outcome.kind != "retry"
             and outcome.traceback is None
             and self.store.dialect.writable_cte

@@ -69,6 +69,8 @@ class TurnOutcome:
     traceback: str | None = None
     #: Effects, reminders and messages to commit with the state (completed turns only).
     staged: Staged | None = None
+    #: The committed state the turn ran against (set by the worker; the journal keeps it).
+    ran_against: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,3 +172,28 @@ def execute(
         state=changed,
         staged=staged if staged else None,
     )
+
+
+def replay(
+    definition: ActorDefinition,
+    actor_id: str,
+    state: str | None,
+    state_version: int,
+    operation_name: str,
+    arguments: str,
+) -> Any:
+    """Run a recorded message again with today's code against the state it ran on, and
+    return its result or raise what it raises. Nothing is committed: what it stages is
+    dropped with the instance."""
+    operation = definition.operation(operation_name)
+    if operation is None:
+        raise UnknownOperation(
+            f"{definition.actor_type} has no operation {operation_name!r} (any more)"
+        )
+    instance = definition.instantiate(actor_id, definition.load_state(state, state_version))
+    decoded = operation.decode_arguments(arguments)
+    with turn_scope(Staged(definition, new_id, ())):
+        value = operation.function(instance, **decoded)
+        if inspect.isawaitable(value):
+            value = run_coroutine(value)
+    return value

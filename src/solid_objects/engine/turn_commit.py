@@ -89,6 +89,18 @@ class TurnCommit:
             direct=direct,
         )
         self._record_traceback(tx, act, message, outcome)
+        if act.definition is not None and act.definition.journaled:
+            assert message.seq is not None
+            self.store.journal.write(
+                tx,
+                message_id=message.id,
+                actor_pk=act.lease.pk,
+                seq=message.seq,
+                status=outcome.kind,
+                state_before=outcome.ran_against,
+                state_after=outcome.state if completed else None,
+                state_version=act.definition.state_version,
+            )
         if savepoint is None or staged is None:
             return committed
         try:

@@ -714,10 +714,11 @@ class WorkerPool(DirectTurns, CommitsApart):
                 return failure(error, deterministic=False)
         assert act.definition is not None
         began = time.monotonic()
+        ran_against = act.state_json if committed_state is None else committed_state
         outcome = execute(
             act.definition,
             act.instance,
-            act.state_json if committed_state is None else committed_state,
+            ran_against,
             message,
             self.limits,
             self.actions.names(),
@@ -727,6 +728,7 @@ class WorkerPool(DirectTurns, CommitsApart):
         key = (act.actor_type, message.operation)
         took = act.turn_seconds = time.monotonic() - began
         self._turn_seconds[key] = max(took, self._turn_seconds.get(key, took) / 2)
+        outcome.ran_against = ran_against
         return outcome
 
     def _commit(

@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Literal, TypeVar
 
 from .dialect import Tx
+from .journal import JournalStatements
 
 T = TypeVar("T")
 
@@ -69,6 +70,7 @@ class RetentionStatements:
     prefix: str
     read: Callable[[], AbstractContextManager[Tx]]
     transact: Callable[..., Any]
+    journal: JournalStatements
 
     def prune_older(
         self,
@@ -175,6 +177,7 @@ class RetentionStatements:
             params,
         )
         if kind == "messages":
+            self.journal.forget(tx, placeholders, params)
             # Resolutions of dead letters that are gone: nothing can read them any more.
             tx.run(
                 self._retention(

@@ -32,7 +32,7 @@ from .dialect import Dialect
 from .notices import KEY_NAME, new_secret
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 
 def _ident(length: int) -> String:
@@ -269,6 +269,22 @@ def build_metadata(prefix: str) -> MetaData:
         Column("name", String(64), primary_key=True),
         Column("value", String(128), nullable=False),
     )
+    Table(
+        f"{prefix}journal",
+        md,
+        # The per-turn journal of actor classes that set ``journaled = True`` (schema
+        # 15): one row per finished message, the state the turn ran against and the
+        # state it committed (NULL: unchanged or failed). Pruned with its message.
+        Column("message_id", String(32), primary_key=True),
+        Column("actor_pk", BigInteger, nullable=False),
+        Column("seq", BigInteger, nullable=False),
+        Column("status", String(16), nullable=False),
+        Column("state_before", _big_text(), nullable=True),
+        Column("state_after", _big_text(), nullable=True),
+        Column("state_version", Integer, nullable=False),
+        Column("created_at", BigInteger, nullable=False),
+        Index(f"{prefix}journal_actor", "actor_pk", "seq"),
+    )
     define_admin_tables(md, prefix)
     for table in md.tables.values():
         # Every text column compares byte by byte on MySQL/MariaDB, not only the ones
@@ -459,6 +475,11 @@ def _migrate_to_14(conn: Connection, md: MetaData) -> None:
         conn.execute(text(f"ALTER TABLE {table} MODIFY state JSON NULL"))
 
 
+def _migrate_to_15(conn: Connection, md: MetaData) -> None:
+    """The per-turn journal of classes that ask for one (``journaled = True``)."""
+    _create(conn, md, "journal")
+
+
 def _mysql_json(conn: Connection, table: str) -> bool:
     """Whether ``state`` is JSON already: MySQL says so in its column type, MariaDB
     (where JSON is LONGTEXT checked by ``JSON_VALID``) in a check constraint."""
@@ -508,6 +529,7 @@ MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_12,
     _migrate_to_13,
     _migrate_to_14,
+    _migrate_to_15,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

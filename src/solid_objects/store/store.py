@@ -31,6 +31,7 @@ from .broadcasts import BroadcastStatements
 from .control import ControlStatements
 from .dialect import Dialect, Tx, dialect_for
 from .idle import IdleStatements
+from .journal import JournalStatements
 from .mailbox import MailboxStatements
 from .notices import KEY_NAME, NoticeKey
 from .outbox import OutboxStatements
@@ -139,6 +140,8 @@ class Store(
         self._batcher = EnqueueBatcher(self.transact)
         #: Projection tables: their DDL and the upsert a turn's commit runs.
         self.projections = ProjectionStatements(engine, self.dialect, prefix)
+        #: The per-turn journal of classes that ask for one.
+        self.journal = JournalStatements(prefix)
         #: The MAC key of the wake-up payloads that carry data (``store/notices.py``).
         self.notice_key = NoticeKey(self._read_notice_key)
 
