@@ -15,7 +15,16 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "solid_objects"
 
 #: The model layer: actor classes, their definitions and what a turn stages.
-MODEL = {"actor", "definition", "staging", "message", "registry", "observe", "projections"}
+MODEL = {
+    "actor",
+    "definition",
+    "staging",
+    "message",
+    "registry",
+    "observe",
+    "projections",
+    "reminders",
+}
 #: What sits above the store and the model.
 ABOVE = {"engine", "runtime", "ref", "admin", "web", "cli", "contrib", "observability"}
 

@@ -45,6 +45,7 @@ from .errors import (
 from .message import MessageInfo, Sender
 from .projections import Found, FoundPage, projection
 from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref
+from .reminders import Reminder
 from .runtime import AsyncRuntime, Runtime
 
 __version__ = "0.1.0"
@@ -76,6 +77,7 @@ __all__ = [
     "QueryMutatedState",
     "Ref",
     "Rejected",
+    "Reminder",
     "Runtime",
     "Sender",
     "SolidObjectsError",

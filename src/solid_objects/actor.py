@@ -17,6 +17,7 @@ from .catalogue import CATALOGUE
 from .definition import ActorDefinition, build_definition, operation_of
 from .message import MessageInfo
 from .observe import payload
+from .reminders import Reminder
 
 __all__ = ["Actor", "payload", "query"]
 
@@ -148,6 +149,24 @@ class Actor:
         name = _name(operation)
         assert name is not None
         staging.cancel_schedule(name, key)
+
+    def reminders(self) -> list[Reminder]:
+        """This actor's reminders, soonest first, with this turn's own ``schedule`` and
+        ``cancel_schedule`` calls applied; a one-shot reminder that fired is gone.
+
+        Only while an operation runs (``NotInTurn`` elsewhere).
+        """
+        return staging.reminders()
+
+    def reminder(
+        self, operation: str | Callable[..., Any], key: str | None = None
+    ) -> Reminder | None:
+        """The reminder of ``operation`` with ``key`` (None: the unkeyed one), or None."""
+        name = _name(operation)
+        for found in staging.reminders():
+            if found.operation == name and found.key == (key or None):
+                return found
+        return None
 
     def send_to(
         self,

@@ -66,6 +66,8 @@ RESERVED_NAMES = frozenset(
         "emit",
         "schedule",
         "cancel_schedule",
+        "reminders",
+        "reminder",
         "send_to",
         "commit_action",
         "current_message",

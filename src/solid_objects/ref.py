@@ -9,7 +9,7 @@ for name; both delegate every database step to the runtime's engine.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import (
@@ -371,10 +371,17 @@ class Ref(_Actor["Runtime", A]):
         """Enqueue an operation, type-checked: ``ref.send(Counter.add, n=1)``."""
         return self._send(self._typed_call(method, args, kwargs))
 
-    def snapshot(self) -> dict[str, Any]:
-        """The committed state (defaults if the actor never ran); no mailbox write."""
+    def snapshot(self, include: Sequence[str] = ()) -> dict[str, Any]:
+        """The committed state (defaults if the actor never ran); no mailbox write.
+
+        ``include`` adds values derived from that state, by name: a ``@property``, an
+        argument-less ``@query`` (authorized as that query) or a ``@projection``.
+        """
         return self._runtime.kernel.client.snapshot(
-            self._definition, self.actor_id, context=self._options.authorization
+            self._definition,
+            self.actor_id,
+            context=self._options.authorization,
+            include=include,
         )
 
     def destroy(self) -> bool:
@@ -514,13 +521,15 @@ class AsyncRef(_Actor["AsyncRuntime", A]):
         """
         return await self._send(self._typed_call(method, args, kwargs))
 
-    async def snapshot(self) -> dict[str, Any]:
-        """The actor's committed state as a dict (authorized like a query)."""
+    async def snapshot(self, include: Sequence[str] = ()) -> dict[str, Any]:
+        """The actor's committed state as a dict (authorized like a query), with the
+        derived values named in ``include`` (:meth:`Ref.snapshot`)."""
         return await self._runtime.kernel.offload(
             self._runtime.kernel.client.snapshot,
             self._definition,
             self.actor_id,
             context=self._options.authorization,
+            include=include,
         )
 
     async def destroy(self) -> bool:

@@ -24,6 +24,7 @@ from .errors import (
     PayloadTooLarge,
     UnknownOperation,
 )
+from .reminders import CommittedReminder, Reminder, current_reminders
 from .writes import (
     MAX_MESSAGES_PER_TURN,
     CancelledReminder,
@@ -100,6 +101,10 @@ class Staged:
     #: The actor's projection row, set by the turn runner when the state changed; only
     #: ever set for an actor class that declares projections.
     projection: StagedProjection | None = None
+    #: Reads the actor's committed reminders (set by the worker); read once, on the
+    #: turn's first ``self.reminders()``.
+    read_reminders: Callable[[], list[CommittedReminder]] | None = None
+    committed_reminders: list[CommittedReminder] | None = None
 
     def __bool__(self) -> bool:
         return bool(
@@ -137,6 +142,15 @@ def current_message() -> MessageInfo:
             "not in on_activate, not outside the runtime)"
         )
     return message
+
+
+def reminders() -> list[Reminder]:
+    """The actor's reminders as the turn leaves them so far (``Actor.reminders``)."""
+    staged = current()
+    if staged.committed_reminders is None:
+        read = staged.read_reminders
+        staged.committed_reminders = [] if read is None else read()
+    return current_reminders(staged.committed_reminders, staged.reminders)
 
 
 def inside_turn() -> bool:

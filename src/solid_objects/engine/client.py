@@ -12,7 +12,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn, TypedDict
@@ -54,6 +54,7 @@ from ..store import Enqueued, Store, Tx
 from ..store.store import TERMINAL, MessageRow, new_id
 from . import calls, external
 from .outcomes import Outcome, Waiters
+from .snapshots import check_include, derived_values
 from .transactions import OpenTransactions
 from .waiting import Waiting
 from .worker import WorkerPool
@@ -786,11 +787,22 @@ class Client(Waiting):
         return definition.load_state(found[0], found[1])
 
     def snapshot(
-        self, definition: ActorDefinition, actor_id: str, *, context: Any = None
+        self,
+        definition: ActorDefinition,
+        actor_id: str,
+        *,
+        context: Any = None,
+        include: Iterable[str] = (),
     ) -> dict[str, Any]:
+        names = check_include(definition, include)
         self.authorize("query", context, definition.actor_type, actor_id)
         state = self.load_state(definition, actor_id)
-        return definition.state.dump_python(state, mode="json")  # type: ignore[no-any-return]
+        shown: dict[str, Any] = definition.state.dump_python(state, mode="json")
+        if names:
+            shown.update(
+                derived_values(self, definition, actor_id, state, names, context=context)
+            )
+        return shown
 
     def query(
         self,

@@ -13,6 +13,7 @@ import inspect
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -22,6 +23,7 @@ from ..definition import ActorDefinition
 from ..errors import DETERMINISTIC, InvalidState, Rejected, UnknownOperation, error_document
 from ..message import MessageInfo, decode_sender
 from ..observability.events import log_fields
+from ..reminders import CommittedReminder
 from ..staging import Staged, is_callback, turn_scope
 from ..store import MessageRow
 from ..store.store import new_id
@@ -109,6 +111,7 @@ def execute(
     limits: Limits,
     action_names: tuple[str, ...] = (),
     attempt: int = 1,
+    read_reminders: Callable[[], list[CommittedReminder]] | None = None,
 ) -> TurnOutcome:
     """Run ``message`` on ``instance`` and describe what to commit.
 
@@ -127,6 +130,7 @@ def execute(
             deterministic=True,
         )
     staged = Staged(definition, new_id, action_names)
+    staged.read_reminders = read_reminders
     staged.describe = functools.partial(message_info, message, attempt, int(time.time() * 1000))
     try:
         arguments = operation.decode_arguments(

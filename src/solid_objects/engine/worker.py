@@ -14,6 +14,7 @@ actor cannot starve the others. The poller (see
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -25,6 +26,7 @@ from ..errors import LeaseLost
 from ..observability.events import Instrumentation, log_fields, reminder_changes
 from ..options import Options
 from ..registry import NamedHandlers, Registry
+from ..reminders import CommittedReminder
 from ..store import Claimed, Committed, Enqueued, MessageRow, Store, Tx
 from .activation import Activation
 from .capability import Capability
@@ -39,6 +41,9 @@ from .turn import Limits, TurnOutcome, execute, failure
 from .turn_commit import TurnCommit
 
 log = logging.getLogger("solid_objects.worker")
+
+#: The most reminders ``self.reminders()`` reads of one actor.
+MAX_REMINDERS_READ = 10_000
 #: A process's stop, step by step (``solid-objects worker`` shows it at INFO by default).
 shutdown_log = logging.getLogger("solid_objects.shutdown")
 
@@ -461,6 +466,15 @@ class WorkerPool(DirectTurns, CommitsApart):
             return exc
         return None
 
+    def _committed_reminders(self, actor_pk: int) -> list[CommittedReminder]:
+        """What ``self.reminders()`` reads: the incarnation's committed reminders."""
+        with self.store.read() as tx:
+            rows = self.store.reminders_for(tx, actor_pk, MAX_REMINDERS_READ)
+        return [
+            (r.operation, r.key, r.due_at, r.every_ms, r.cron, r.timezone, r.arguments)
+            for r in rows
+        ]
+
     def _load_head(self, act: Activation) -> bool:
         with self._cond:
             head = act.inbox.pop(act.done_seq + 1, None)
@@ -723,6 +737,7 @@ class WorkerPool(DirectTurns, CommitsApart):
             self.limits,
             self.actions.names(),
             act.head_attempt,
+            functools.partial(self._committed_reminders, act.pk),
         )
         # A decaying maximum of the operation's run time, for direct turns (_fits).
         key = (act.actor_type, message.operation)

@@ -67,6 +67,23 @@ _REMINDER_COLS = (
 )
 
 
+def _reminder_row(r: Sequence[Any]) -> ReminderRow:
+    return ReminderRow(
+        int(r[0]),
+        r[1],
+        r[2],
+        r[3],
+        r[4],
+        r[5],
+        int(r[6]),
+        None if r[7] is None else int(r[7]),
+        r[8],
+        int(r[9]),
+        r[10],
+        r[11],
+    )
+
+
 def _in(names: Sequence[str], prefix: str) -> tuple[str, dict[str, Any]]:
     placeholders = ", ".join(f":{prefix}{i}" for i in range(len(names)))
     return placeholders, {f"{prefix}{i}": n for i, n in enumerate(names)}
@@ -356,23 +373,16 @@ class OutboxStatements:
             "AND paused = 0 ORDER BY due_at LIMIT :limit",
             {**params, "now": now, "limit": limit},
         )
-        return [
-            ReminderRow(
-                int(r[0]),
-                r[1],
-                r[2],
-                r[3],
-                r[4],
-                r[5],
-                int(r[6]),
-                None if r[7] is None else int(r[7]),
-                r[8],
-                int(r[9]),
-                r[10],
-                r[11],
-            )
-            for r in rows
-        ]
+        return [_reminder_row(r) for r in rows]
+
+    def reminders_for(self, tx: Tx, actor_pk: int, limit: int) -> list[ReminderRow]:
+        """One incarnation's reminders, soonest first (an actor reading its own)."""
+        rows = tx.rows(
+            f"SELECT {_REMINDER_COLS} FROM {{reminders}} WHERE actor_pk = :pk "
+            "ORDER BY due_at, operation, rkey LIMIT :limit",
+            {"pk": actor_pk, "limit": limit},
+        )
+        return [_reminder_row(r) for r in rows]
 
     def fire_reminder(
         self, tx: Tx, reminder: ReminderRow, *, now: int, message_id: str
