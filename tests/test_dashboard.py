@@ -417,3 +417,31 @@ def test_actor_page_lists_recent_messages_newest_first_with_pages(
     rest = second[second.index('<table id="recent">') :]
     rest = rest[: rest.index("</table>")]
     assert "m005" in rest and "m000" in rest and "m010" not in rest
+
+
+class Diary(Actor, auto_register=False):
+    journaled = True
+    lines: list[str] = []
+
+    def write(self, line: str) -> int:
+        self.lines = [*self.lines, line]
+        return len(self.lines)
+
+
+def test_actor_page_shows_a_journaled_actors_state_history(
+    rt: Runtime, client: TestClient
+) -> None:
+    rt.register(Diary)
+    for line in ("first", XSS):
+        rt.ref(Diary, "d").write.send(line=line)
+    rt.testing.drain()
+    page = client.get("/actors/Diary/d", headers=as_user("viewer:bob")).text
+    journal = page[page.index('<table id="journal">') :]
+    journal = journal[: journal.index("</table>")]
+    assert journal.index("&lt;script&gt;") < journal.index("&#34;first&#34;")  # newest first
+    assert XSS not in journal
+    rt.ref(Vault, "v1").store.send(item="x")
+    rt.testing.drain()
+    plain = client.get("/actors/Vault/v1", headers=as_user("viewer:bob"))
+    assert plain.status_code == 200
+    assert 'id="journal"' not in plain.text  # a class without a journal shows none

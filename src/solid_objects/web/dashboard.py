@@ -259,10 +259,16 @@ class _Dashboard:
             # Every change that touched the actor: a pause, a retried dead letter of it.
             history = ops.audit_log(actor_type=actor_type, actor_id=actor_id, limit=20)
         target = {"actor_type": actor_type, "actor_id": actor_id}
+        journal = (  # a journaled class's turns and the states around them
+            ops.actor_history(actor_type, actor_id, limit=ACTOR_MESSAGES)
+            if ops.allowed("actors.history", **target)
+            else []
+        )
         return self.render(
             request,
             "actor.html",
             a=detail,
+            journal=journal,
             actor_status=_actor_status(detail),
             recent=recent,
             next_url=_next_url(request, recent),
