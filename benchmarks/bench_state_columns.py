@@ -7,7 +7,8 @@ counter) run the same sync call, one caller thread against one in-process worker
 
 - ``text``: the state column converted back to text (how schema 13 stored it);
 - ``json``: the native JSON column (``jsonb`` on PostgreSQL, ``JSON`` on MariaDB);
-- ``projected``: ``json`` plus two ``@projection`` columns written by each turn.
+- ``projected``: ``json`` plus two ``@projection`` columns written by each turn;
+- ``journaled``: ``json`` plus the per-turn journal (``journaled = True``).
 
 Passes alternate the three classes (``--passes``), each pass ``--calls`` calls to
 ``--actors`` warm identities; the table shows medians of calls/s and of the process's
@@ -99,7 +100,22 @@ class ProjectedCart(Actor, auto_register=False):
         return sum(self.items.values())
 
 
-CLASSES = {"text": TextCart, "json": JsonCart, "projected": ProjectedCart}
+class JournaledCart(Actor, auto_register=False):
+    journaled = True
+    items: dict[str, int] = ITEMS
+    count: int = 0
+
+    def bump(self) -> int:
+        self.count += 1
+        return self.count
+
+
+CLASSES = {
+    "text": TextCart,
+    "json": JsonCart,
+    "projected": ProjectedCart,
+    "journaled": JournaledCart,
+}
 
 
 def run_pass(rt: Runtime, cls: type[Actor], calls: int, actors: int) -> Any:
@@ -118,7 +134,7 @@ def run_pass(rt: Runtime, cls: type[Actor], calls: int, actors: int) -> Any:
 def sizes(rt: Runtime, name: str) -> dict[str, float | None]:
     family = rt.store.dialect.family
     if family == "sqlite":
-        return {"actor_row_bytes": None, "projection_row_bytes": None}
+        return {"actor_row_bytes": None, "projection_row_bytes": None, "journal_row_bytes": None}
     with rt.store.read() as tx:
         actors = tx.scalar("SELECT COUNT(*) FROM solid_actors")
         projected = tx.scalar("SELECT COUNT(*) FROM solid_projectedcart_projection")
@@ -136,9 +152,20 @@ def sizes(rt: Runtime, name: str) -> dict[str, float | None]:
                 )
                 for t in ("solid_actors", "solid_projectedcart_projection")
             )
+        entries = tx.scalar("SELECT COUNT(*) FROM solid_journal")
+        if family == "postgresql":
+            tx.run("ANALYZE solid_journal")
+            j = tx.scalar("SELECT pg_total_relation_size('solid_journal')")
+        else:
+            tx.run("ANALYZE TABLE solid_journal")
+            j = tx.scalar(
+                "SELECT DATA_LENGTH + INDEX_LENGTH FROM information_schema.TABLES "
+                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'solid_journal'"
+            )
     return {
         "actor_row_bytes": round(int(a) / max(int(actors), 1), 1),
         "projection_row_bytes": round(int(p) / max(int(projected), 1), 1),
+        "journal_row_bytes": round(int(j) / max(int(entries), 1), 1),
     }
 
 
@@ -163,6 +190,7 @@ def one_database(name: str, url: str, args: argparse.Namespace) -> dict[str, Any
         for n in range(args.size_actors):  # rows enough for bytes per row to mean something
             native.ref(ProjectedCart, f"size-{n}").bump()
             native.ref(JsonCart, f"size-{n}").bump()
+            native.ref(JournaledCart, f"size-{n}").bump()
         disk = sizes(native, name)
     rt.close()
     native.close()
@@ -199,7 +227,8 @@ def main() -> int:
     for row in out:
         print(
             f"== {row['database']}  (actor row {row['actor_row_bytes']} B, "
-            f"projection row {row['projection_row_bytes']} B)"
+            f"projection row {row['projection_row_bytes']} B, "
+            f"journal row {row['journal_row_bytes']} B)"
         )
         base = row["cells"]["text"]
         for kind, cell in row["cells"].items():

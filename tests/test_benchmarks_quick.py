@@ -284,6 +284,43 @@ def test_takeover_benchmark_kills_a_worker_and_loses_no_call(tmp_path: Path) -> 
     assert non_negative(result["answering_max_s"]) and non_negative(result["stall_max_s"])
 
 
+def test_state_columns_benchmark_measures_every_class(tmp_path: Path) -> None:
+    """``bench_state_columns.py`` on SQLite, small: every class has a rate, CPU and a
+    statement count, and a projected turn runs one statement more than a plain one."""
+    out = tmp_path / "state.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_state_columns.py"),
+            "--databases",
+            "sqlite",
+            "--calls",
+            "40",
+            "--passes",
+            "1",
+            "--actors",
+            "4",
+            "--size-actors",
+            "5",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    (result,) = json.loads(out.read_text())
+    cells = result["cells"]
+    assert set(cells) == {"text", "json", "projected", "journaled"}
+    assert all(
+        positive(c["calls_per_s"]) and positive(c["cpu_ms_per_call"]) for c in cells.values()
+    )
+    assert cells["projected"]["statements_per_call"] > cells["json"]["statements_per_call"]
+    assert cells["journaled"]["statements_per_call"] > cells["json"]["statements_per_call"]
+
+
 def test_quick_scaling_study_runs_every_study(tmp_path: Path) -> None:
     """``scaling.py --quick``: every study yields numbers and the drained counter is exact."""
     out = tmp_path / "scaling.json"
