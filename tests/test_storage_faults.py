@@ -148,11 +148,12 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def fill(disk: Path) -> Path:
     """Write a file until the filesystem reports ENOSPC; return it (shrink it to free)."""
     filler = disk / "filler"
-    with open(filler, "wb") as f:
+    # Unbuffered: a buffered file keeps the bytes a full disk refused and raises
+    # ENOSPC again when it is closed, whenever the free space is not a whole chunk.
+    with open(filler, "wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)
-                f.flush()
         except OSError as exc:
             assert exc.errno == 28, exc  # ENOSPC
     assert os.statvfs(disk).f_bavail == 0
