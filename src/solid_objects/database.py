@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-from sqlalchemy.pool import SingletonThreadPool, StaticPool
+from sqlalchemy.pool import NullPool, SingletonThreadPool, StaticPool
 
 from .errors import ConfigurationError
 from .options import Options
@@ -67,6 +67,34 @@ def library_engine(database: str | URL | Engine, options: Options) -> Engine:
         raise ConfigurationError(_driver_hint(url, exc)) from None
     except ArgumentError as exc:
         raise ConfigurationError(f"invalid database URL {redact_url(url)!r}: {exc}") from None
+
+
+def listen_engine(options: Options, family: str) -> Engine | None:
+    """The ``listen_url`` engine, if any; ``pooler`` and ``listen_url`` are refused by
+    name on a database other than PostgreSQL (its poolers and sessions differ)."""
+    if family != "postgresql":
+        for name in ("pooler", "listen_url"):
+            if getattr(options, name) is not None:
+                raise ConfigurationError(
+                    f"{name} is for PostgreSQL (PgBouncer); this runtime's database is {family}"
+                )
+        return None
+    return None if options.listen_url is None else direct_engine(options.listen_url)
+
+
+def direct_engine(url: str) -> Engine:
+    """The engine of ``listen_url``: a few sessions that must stay the process's own
+    (the LISTEN connection, the session mark), so it keeps none pooled; a URL without
+    a driver gets psycopg, the driver the runtime speaks PostgreSQL with."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigurationError(
+            f"listen_url is not a database URL: {redact_url(url)!r} ({exc})"
+        ) from None
+    if "+" not in parsed.drivername:
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return engine_for(parsed, poolclass=NullPool)
 
 
 def engine_for(url: URL, **kwargs: Any) -> Engine:

@@ -35,9 +35,11 @@ from .authorization import (
     option_name,
 )
 from .engine.presence import SERVE_ADVICE
+from .engine.wakeup import wakeup_path
 from .redaction import redact_url
 from .store.processes import DRAINING
 from .store.schema import SCHEMA_VERSION, installed_version
+from .store.sessions import direct_mismatch
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -304,13 +306,19 @@ def _workers(runtime: Runtime, checks: list[Check]) -> None:
 def _wakeup(runtime: Runtime, checks: list[Check]) -> None:
     listener = runtime.kernel.listener
     poll = runtime.options.poll_interval
+    path = wakeup_path(runtime.store, runtime.options.wakeup_url, runtime.direct_engine)
     if listener is None:
+        pooled = runtime.store.dialect.pooled and runtime.store.dialect.notify_sql is not None
         checks.append(
             Check(
                 "wake-up",
-                "ok",
-                f"polling every {poll:g}s at most (callers in this process are woken directly)",
-                None,
+                "warn" if pooled else "ok",
+                f"{path}; polling every {poll:g}s at most (callers in this process are "
+                "woken directly)",
+                "other processes' commits reach this one only by polling: set listen_url "
+                "to a URL that reaches PostgreSQL directly, not through the pooler"
+                if pooled
+                else None,
             )
         )
         return
@@ -330,7 +338,23 @@ def _wakeup(runtime: Runtime, checks: list[Check]) -> None:
                 )
             )
             return
-    checks.append(Check("wake-up", "ok", f"{kind}, with polling every {poll:g}s as fallback"))
+    if runtime.direct_engine is not None and runtime.options.wakeup_url is None:
+        problem = direct_mismatch(runtime.direct_engine, runtime.engine)
+        if problem is not None:
+            checks.append(
+                Check(
+                    "wake-up",
+                    "fail",
+                    f"{path}: {problem}",
+                    "listen_url must reach the same database as the runtime's URL "
+                    "(directly, not through the pooler)",
+                )
+            )
+            return
+    checks.append(
+        Check("wake-up", "ok", f"{kind}: {path}, with polling every {poll:g}s as fallback")
+    )
+
 
 
 def _backlog(runtime: Runtime, checks: list[Check]) -> None:

@@ -85,6 +85,19 @@ class Options:
     #: each commit; for MySQL/MariaDB, which have no NOTIFY. None: NOTIFY on PostgreSQL,
     #: polling elsewhere. Every process of one deployment should use the same path.
     wakeup_url: str | None = None
+    #: PostgreSQL only: what sits between the runtime and the server. ``"transaction"``
+    #: for PgBouncer (or another pooler) in ``pool_mode = transaction``: the runtime then
+    #: prepares no statement on the server, sets nothing for the session (isolation and
+    #: lock wait are set per transaction) and holds no session lock through it; LISTEN
+    #: and the session mark need ``listen_url``, else wake-ups are polled and takeover
+    #: waits for the heartbeat. ``"session"`` (``pool_mode = session``) or None (a direct
+    #: connection) change nothing.
+    pooler: Literal["transaction", "session"] | None = None
+    #: PostgreSQL only: a URL reaching the same database *directly* (not through a
+    #: transaction pooler), for the two connections that need a session of their own:
+    #: the LISTEN connection of wake-ups and the worker's session mark. None: both use
+    #: the runtime's database URL (with ``pooler="transaction"``: no LISTEN, no mark).
+    listen_url: str | None = None
     #: Seconds after which finished messages, done effects and stopped processes are
     #: pruned automatically by processes running workers (None: never; prune by hand).
     #: It is also how long an idempotency key deduplicates a retried call.
@@ -243,6 +256,17 @@ class Options:
             raise ConfigurationError("sqlite_synchronous must be 'NORMAL' or 'FULL'")
 
     def _check_names(self) -> None:
+        if self.pooler not in (None, "transaction", "session"):
+            raise ConfigurationError(
+                f"pooler must be 'transaction', 'session' or None, not {self.pooler!r}"
+            )
+        if self.listen_url is not None and not re.match(
+            r"(postgresql|postgres)(\+psycopg)?://", str(self.listen_url)
+        ):
+            raise ConfigurationError(
+                "listen_url must be a postgresql+psycopg:// URL reaching the database "
+                f"directly, not {redact_url(str(self.listen_url))!r}"
+            )
         if self.wakeup_url is not None and not re.match(
             r"(redis|rediss|unix)://", str(self.wakeup_url)
         ):

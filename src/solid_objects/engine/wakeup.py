@@ -48,20 +48,52 @@ class Listener(Protocol):
 
 
 def listener_for(
-    store: Store, wakeup_url: str | None, on_payload: Callable[[str], None]
+    store: Store,
+    wakeup_url: str | None,
+    on_payload: Callable[[str], None],
+    direct: Engine | None = None,
 ) -> Listener | None:
     """The wake-up path of a runtime: Redis if configured, else NOTIFY on PostgreSQL.
 
     With Redis, the store is told to publish after each commit instead of notifying.
-    Other databases without ``wakeup_url`` have no listener: they poll.
+    Other databases without ``wakeup_url`` have no listener: they poll. LISTEN runs on
+    ``direct`` (``listen_url``) when given; behind a transaction pooler without it
+    there is no listener: a LISTEN there lands on a server session the pooler hands
+    to other clients, and this process would never hear a NOTIFY while believing it
+    listens (:func:`wakeup_path` says so).
     """
     if wakeup_url is not None:
         redis = RedisWakeup(wakeup_url, lambda: store.channel, on_payload)
         store.publish = redis.publish
         return redis
-    if store.dialect.notify_sql is not None:
-        return PostgresListener(store.engine, lambda: store.channel, on_payload)
-    return None
+    if store.dialect.notify_sql is None:
+        return None
+    if direct is not None:
+        return PostgresListener(direct, lambda: store.channel, on_payload)
+    if store.dialect.pooled:
+        log.warning(
+            "pooler='transaction' and no listen_url: LISTEN cannot work through the "
+            "pooler, so wake-ups from other processes are polled; give listen_url "
+            "(a URL reaching PostgreSQL directly) to be woken at once"
+        )
+        return None
+    return PostgresListener(store.engine, lambda: store.channel, on_payload)
+
+
+def wakeup_path(store: Store, wakeup_url: str | None, direct: Engine | None) -> str:
+    """Which wake-up path :func:`listener_for` chose, and why (for the doctor)."""
+    if wakeup_url is not None:
+        return "Redis Pub/Sub (wakeup_url)"
+    if store.dialect.notify_sql is None:
+        return f"polling: {store.dialect.name} has no LISTEN/NOTIFY (set wakeup_url for Redis)"
+    if direct is not None:
+        return "LISTEN/NOTIFY on a direct connection (listen_url)"
+    if store.dialect.pooled:
+        return (
+            "polling: pooler='transaction' and no listen_url (LISTEN through a "
+            "transaction pooler would hear nothing)"
+        )
+    return "LISTEN/NOTIFY on the database connection"
 
 
 class PostgresListener:
@@ -75,6 +107,8 @@ class PostgresListener:
         self._thread: threading.Thread | None = None
         self.listening = threading.Event()
         self.connections = 0
+        #: Payloads heard so far (for diagnostics and tests).
+        self.received = 0
 
     def start(self) -> None:
         if self._thread is None:
@@ -119,6 +153,7 @@ class PostgresListener:
             try:
                 while not self._stop.is_set():
                     for notify in conn.notifies(timeout=1.0):
+                        self.received += 1
                         self._on_payload(notify.payload)
             except Exception as exc:
                 log.warning("LISTEN connection lost (%r); reconnecting", exc)
