@@ -33,6 +33,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from solid_objects import Actor, Runtime
@@ -207,6 +208,24 @@ class Reminded(Actor):
         return self.turns, self.fired
 
 
+#: The application's own engine of the guard test, and what its actor saw there.
+APP_ENGINE: dict[str, Any] = {}
+
+
+class Reader(Actor):
+    """Reads through the application's (guarded) engine, then asks the pooler's next
+    client whether the server session it gets was left read-only."""
+
+    def read_then_look(self, libpq: str) -> str:
+        with APP_ENGINE["engine"].connect() as conn:
+            conn.execute(text("SELECT 1"))
+            conn.rollback()
+            with psycopg.connect(libpq, autocommit=True, prepare_threshold=None) as other:
+                row = other.execute("SHOW default_transaction_read_only").fetchone()
+            writable = conn.execute(text("SHOW transaction_read_only")).scalar()
+        return f"{row[0] if row else None}/{writable}"
+
+
 def runtime(url: str, **options: Any) -> Runtime:
     rt = Runtime(url, **{"call_timeout": STEP, "poll_interval": 0.1, **options})
     rt.install()
@@ -262,6 +281,26 @@ def test_nothing_is_prepared_set_or_locked_for_the_pooled_server_session(
     assert prepared == []
     assert settings == ("0", "repeatable read")
     assert locks == (0,)
+
+
+def test_a_guarded_application_engine_leaves_no_read_only_session_behind(
+    pooler: Callable[..., Pooled],
+) -> None:
+    """Inside a turn the guard makes the application's connections read-only: per
+    transaction (BEGIN READ ONLY), so the pooler's next client of that server session
+    (here the only one) is not refused its writes."""
+    pooled = pooler("transaction", pool_size=1)
+    rt = runtime(pooled.url, pooler="transaction", workers=1)
+    engine = create_engine(pooled.url, connect_args={"prepare_threshold": None})
+    APP_ENGINE["engine"] = rt.guard(engine)
+    try:
+        with rt:
+            seen = rt.ref(Reader, "r").read_then_look(_libpq(pooled.url))
+    finally:
+        APP_ENGINE.clear()
+        engine.dispose()
+        rt.close()
+    assert seen == "off/on"  # the other client writable, this one read-only
 
 
 def test_without_listen_url_wakeups_are_polled_and_the_doctor_says_why(
