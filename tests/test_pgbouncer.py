@@ -391,8 +391,9 @@ def test_worker_processes_behind_the_pooler_are_woken_by_another_process(
 
 def test_a_session_mode_pooler_needs_no_option(pooler: Callable[..., Pooled]) -> None:
     """``pool_mode = session`` keeps each client's server session: LISTEN, prepared
-    statements and session settings work as on a direct connection."""
-    pooled = pooler("session")
+    statements and session settings work as on a direct connection. Each client
+    connection keeps a server session, so the pool covers both runtimes' bounds."""
+    pooled = pooler("session", pool_size=120)
     rt = runtime(pooled.url, workers=2)
     other = runtime(pooled.url, workers=0)
     with rt, other:

@@ -139,12 +139,19 @@ def _from_application_engine(app: Engine, options: Options) -> Engine:
     return create_engine(url, creator=connect, **_pool_settings(url, options))
 
 
+def pool_limits(backend: str, options: Options) -> tuple[int, int]:
+    """The pool's steady size and burst overflow for a database backend: what bounds
+    the connections one runtime opens through its pool."""
+    size = options.pool_size or options.workers + options.effect_workers + 8
+    overflow = options.pool_overflow
+    if overflow is None:
+        overflow = 64 if backend == "sqlite" else 32
+    return size, overflow
+
+
 def _pool_settings(url: URL, options: Options) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
-    if url.get_backend_name() == "sqlite":
-        kwargs["max_overflow"] = 64
-    else:
-        kwargs["max_overflow"] = 32
+    if url.get_backend_name() != "sqlite":
         # No pool_pre_ping (a round trip per checkout) and no unconditional rollback on
         # return (PyMySQL sends it even after COMMIT): the store pings only connections
         # that may be dead and rolls back only open transactions (store.dialect).
@@ -153,7 +160,7 @@ def _pool_settings(url: URL, options: Options) -> dict[str, Any]:
     # Workers, effect runners, the poller and callers each hold a connection only for one
     # transaction; overflow connections are closed on return, so a pool smaller than the
     # usual concurrency reconnects on every transaction.
-    kwargs["pool_size"] = options.pool_size or options.workers + options.effect_workers + 8
+    kwargs["pool_size"], kwargs["max_overflow"] = pool_limits(url.get_backend_name(), options)
     return kwargs
 
 

@@ -34,8 +34,9 @@ from .authorization import (
     answer,
     option_name,
 )
+from .database import pool_limits
 from .engine.presence import SERVE_ADVICE
-from .engine.wakeup import wakeup_path
+from .engine.wakeup import PostgresListener, wakeup_path
 from .redaction import redact_url
 from .store.processes import DRAINING
 from .store.schema import SCHEMA_VERSION, installed_version
@@ -103,6 +104,7 @@ def examine(
         _clock(runtime, checks)
         _workers(runtime, checks)
         _wakeup(runtime, checks)
+        _connections(runtime, checks)
         _backlog(runtime, checks)
         if round_trip and _write_lock(runtime, checks, min(timeout, _LOCK_WAIT_S)):
             _round_trip(runtime, checks, timeout)
@@ -355,6 +357,29 @@ def _wakeup(runtime: Runtime, checks: list[Check]) -> None:
         Check("wake-up", "ok", f"{kind}: {path}, with polling every {poll:g}s as fallback")
     )
 
+
+
+def _connections(runtime: Runtime, checks: list[Check]) -> None:
+    """How many connections this process may open, and which (deployment.md section 3)."""
+    backend = runtime.engine.url.get_backend_name()
+    size, overflow = pool_limits(backend, runtime.options)
+    pool = runtime.engine.pool
+    in_use = getattr(pool, "checkedout", lambda: 0)()
+    open_now = in_use + getattr(pool, "checkedin", lambda: 0)()
+    outside = []
+    where = " (listen_url)" if runtime.direct_engine is not None else ""
+    if isinstance(runtime.kernel.listener, PostgresListener):
+        outside.append(f"1 LISTEN{where}")
+    if runtime.store.dialect.family in ("postgresql", "mysql") and (
+        runtime.kernel.pool.presence.mark.engine is not None
+    ):
+        outside.append(f"1 session mark{where} while workers run")
+    detail = (
+        f"at most {size + overflow + len(outside)}: pool_size {size} + pool_overflow "
+        f"{overflow}" + "".join(f" + {part}" for part in outside)
+        + f"; now {open_now} open in the pool, {in_use} in use"
+    )
+    checks.append(Check("connections", "ok", detail))
 
 
 def _backlog(runtime: Runtime, checks: list[Check]) -> None:

@@ -79,6 +79,13 @@ class Options:
     #: Raise it to the number of application threads that call at once: above it, each
     #: transaction opens and closes a connection of its own (costly, TLS especially).
     pool_size: int | None = None
+    #: Connections the pool may open beyond ``pool_size`` in a burst, each closed after its
+    #: transaction (None: 32 on the servers, 64 on SQLite). With ``pool_size`` it bounds
+    #: a process's connections: ``pool_size + pool_overflow``, plus on PostgreSQL one
+    #: LISTEN connection and, in a process running workers, one session mark
+    #: (``solid-objects doctor`` reports them). A transaction that finds the pool full
+    #: waits for a connection to come back.
+    pool_overflow: int | None = None
     #: Prefix of the library's table names.
     table_prefix: str = "solid_"
     #: Redis URL for cross-process wake-ups (``redis://127.0.0.1:6379/0``), published after
@@ -229,6 +236,8 @@ class Options:
         for name in ("pool_size", "max_mailbox_length"):
             if getattr(self, name) is not None:  # None: the default pool, no bound
                 self._positive(name, integer=True)
+        if self.pool_overflow is not None:
+            self._positive("pool_overflow", integer=True, zero=True)
         self._positive("workers", integer=True, zero=True)
         for name in (
             "max_attempts",
@@ -240,7 +249,7 @@ class Options:
             "effect_max_attempts",
         ):
             self._positive(name, integer=True)
-        for name in ("workers", "effect_workers", "pool_size"):
+        for name in ("workers", "effect_workers", "pool_size", "pool_overflow"):
             count = getattr(self, name)
             if count is not None and count > _MAX_THREADS:
                 raise ConfigurationError(f"{name} must be at most {_MAX_THREADS}, not {count}")
