@@ -303,6 +303,33 @@ def test_a_guarded_application_engine_leaves_no_read_only_session_behind(
     assert seen == "off/on"  # the other client writable, this one read-only
 
 
+def test_an_undeclared_transaction_pooler_is_found_by_a_probe_and_polled(
+    pooler: Callable[..., Pooled],
+) -> None:
+    """Without ``pooler=``, but on an application engine that prepares nothing (so
+    nothing else fails loudly), the listener's LISTEN succeeds through the pooler:
+    its probe NOTIFY from another connection is never heard, so it stops, the
+    process polls (calls still complete) and the doctor says why."""
+    pooled = pooler("transaction")
+    engine = create_engine(pooled.url, connect_args={"prepare_threshold": None})
+    rt = Runtime(engine, workers=1, call_timeout=STEP)
+    other = Runtime(engine, workers=0, call_timeout=STEP)
+    try:
+        rt.install()
+        with rt, other:
+            listener = other.kernel.listener
+            assert isinstance(listener, PostgresListener)
+            wait_until(lambda: listener.deaf, STEP, "the probe to go unheard")
+            assert not listener.listening.is_set()
+            assert [other.ref(Tally, "p").add(n=1) for _ in range(3)] == [1, 2, 3]
+            check = next(c for c in examine(other, round_trip=False).checks if c.name == "wake-up")
+        assert check.status == "warn" and "probe" in check.detail, check
+    finally:
+        rt.close()
+        other.close()
+        engine.dispose()
+
+
 def test_without_listen_url_wakeups_are_polled_and_the_doctor_says_why(
     pooler: Callable[..., Pooled],
 ) -> None:

@@ -325,6 +325,20 @@ def _wakeup(runtime: Runtime, checks: list[Check]) -> None:
         )
         return
     kind = type(listener).__name__
+    if isinstance(listener, PostgresListener) and listener.deaf:
+        checks.append(
+            Check(
+                "wake-up",
+                "warn",
+                f"{kind}: LISTEN heard no probe NOTIFY from another connection, so "
+                f"wake-ups are polled (every {poll:g}s at most)",
+                "something between this process and PostgreSQL does not keep the "
+                "listening session (PgBouncer in transaction mode?): set "
+                "pooler='transaction' and listen_url to a URL that reaches PostgreSQL "
+                "directly",
+            )
+        )
+        return
     ping = getattr(listener, "ping", None)
     if ping is not None:
         try:

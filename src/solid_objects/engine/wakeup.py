@@ -19,10 +19,11 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from ..errors import ConfigurationError
 
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from ..store import Store
 
 log = logging.getLogger("solid_objects.wakeup")
+
+#: How long a new LISTEN connection waits for its probe NOTIFY (seconds).
+PROBE_WAIT = 2.0
 
 #: Longest wait between two attempts to reach a broker that is down (seconds).
 _MAX_BACKOFF = 5.0
@@ -109,6 +113,10 @@ class PostgresListener:
         self.connections = 0
         #: Payloads heard so far (for diagnostics and tests).
         self.received = 0
+        #: A probe NOTIFY from another connection was heard once / was not (then the
+        #: listener has stopped: the process polls, and the doctor warns).
+        self.proven = False
+        self.deaf = False
 
     def start(self) -> None:
         if self._thread is None:
@@ -140,11 +148,25 @@ class PostgresListener:
         while not self._stop.is_set():
             try:
                 conn = self._connect()
+                heard = self.proven or self._probe(conn)
             except Exception as exc:
                 log.warning("cannot LISTEN (%r); polling only, retrying in %.1fs", exc, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
+            if not heard:
+                self.deaf = True
+                log.warning(
+                    "LISTEN heard no NOTIFY sent from another connection within %gs: "
+                    "something between this process and PostgreSQL (a transaction "
+                    "pooler such as PgBouncer?) does not keep the listening session. "
+                    "Wake-ups from other processes are polled; set pooler='transaction' "
+                    "and listen_url (a direct URL) to be woken at once",
+                    PROBE_WAIT,
+                )
+                _close(conn)
+                return
+            self.proven = True
             backoff = 0.1
             self.connections += 1
             self.listening.set()
@@ -160,10 +182,28 @@ class PostgresListener:
                 time.sleep(0.05)
             finally:
                 self.listening.clear()
-                try:
-                    conn.close()
-                except Exception:
-                    pass
+                _close(conn)
+
+    def _probe(self, conn: Any) -> bool:
+        """Whether a NOTIFY sent from another connection reaches this one: LISTEN
+        through a transaction pooler succeeds, yet lands on a server session that
+        is not this client's, and would hear nothing while seeming to listen."""
+        channel = f"{self._channel()}_probe_{uuid.uuid4().hex[:12]}"
+        conn.execute(f'LISTEN "{channel}"')
+        with self._engine.connect() as other:
+            other.execute(text("SELECT pg_notify(:channel, 'probe')"), {"channel": channel})
+            other.commit()
+        deadline = time.monotonic() + PROBE_WAIT
+        heard = False
+        while not heard and (left := deadline - time.monotonic()) > 0:
+            for notify in conn.notifies(timeout=left):
+                if notify.channel == channel:
+                    heard = True
+                    break
+                self.received += 1  # a real wake-up that came first: keep it
+                self._on_payload(notify.payload)
+        conn.execute(f'UNLISTEN "{channel}"')
+        return heard
 
 
 def _import_redis() -> Any:
