@@ -502,6 +502,9 @@ def _round_trip(runtime: Runtime, checks: list[Check], timeout: float) -> None:
         lease_duration=max(runtime.options.lease_duration, 1.0),
         call_timeout=timeout,
         busy_timeout=min(runtime.options.busy_timeout, timeout),
+        # behind a transaction pooler as the runtime is: nothing prepared or SET there
+        pooler=runtime.options.pooler,
+        listen_url=runtime.options.listen_url,
     )
     try:
         actor_id = f"doctor-{probe.owner}"

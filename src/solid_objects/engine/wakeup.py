@@ -154,6 +154,9 @@ class PostgresListener:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
+            if not heard and self._stop.is_set():  # stopped while probing: no finding
+                _close(conn)
+                return
             if not heard:
                 self.deaf = True
                 log.warning(
@@ -195,8 +198,8 @@ class PostgresListener:
             other.commit()
         deadline = time.monotonic() + PROBE_WAIT
         heard = False
-        while not heard and (left := deadline - time.monotonic()) > 0:
-            for notify in conn.notifies(timeout=left):
+        while not heard and not self._stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            for notify in conn.notifies(timeout=min(left, 0.1)):
                 if notify.channel == channel:
                     heard = True
                     break
