@@ -325,6 +325,19 @@ def _wakeup(runtime: Runtime, checks: list[Check]) -> None:
         )
         return
     kind = type(listener).__name__
+    if runtime.direct_engine is not None and runtime.options.wakeup_url is None:
+        problem = direct_mismatch(runtime.direct_engine, runtime.engine)
+        if problem is not None:
+            checks.append(
+                Check(
+                    "wake-up",
+                    "fail",
+                    f"{path}: {problem}",
+                    "listen_url must reach the same database as the runtime's URL "
+                    "(directly, not through the pooler)",
+                )
+            )
+            return
     if isinstance(listener, PostgresListener) and listener.deaf:
         checks.append(
             Check(
@@ -354,23 +367,9 @@ def _wakeup(runtime: Runtime, checks: list[Check]) -> None:
                 )
             )
             return
-    if runtime.direct_engine is not None and runtime.options.wakeup_url is None:
-        problem = direct_mismatch(runtime.direct_engine, runtime.engine)
-        if problem is not None:
-            checks.append(
-                Check(
-                    "wake-up",
-                    "fail",
-                    f"{path}: {problem}",
-                    "listen_url must reach the same database as the runtime's URL "
-                    "(directly, not through the pooler)",
-                )
-            )
-            return
     checks.append(
         Check("wake-up", "ok", f"{kind}: {path}, with polling every {poll:g}s as fallback")
     )
-
 
 
 def _connections(runtime: Runtime, checks: list[Check]) -> None:

@@ -73,7 +73,7 @@ def listener_for(
     if store.dialect.notify_sql is None:
         return None
     if direct is not None:
-        return PostgresListener(direct, lambda: store.channel, on_payload)
+        return PostgresListener(direct, lambda: store.channel, on_payload, store.engine)
     if store.dialect.pooled:
         log.warning(
             "pooler='transaction' and no listen_url: LISTEN cannot work through the "
@@ -101,10 +101,20 @@ def wakeup_path(store: Store, wakeup_url: str | None, direct: Engine | None) -> 
 
 
 class PostgresListener:
+    """LISTEN on a connection of ``engine``'s; its probe NOTIFY goes through
+    ``notify_engine`` (the runtime's own, when LISTEN runs on ``listen_url``), the
+    path every real wake-up takes, so a listen_url that reaches another database
+    is found too."""
+
     def __init__(
-        self, engine: Engine, channel: Callable[[], str], on_payload: Callable[[str], None]
+        self,
+        engine: Engine,
+        channel: Callable[[], str],
+        on_payload: Callable[[str], None],
+        notify_engine: Engine | None = None,
     ) -> None:
         self._engine = engine
+        self._notify_engine = notify_engine or engine
         self._channel = channel
         self._on_payload = on_payload
         self._stop = threading.Event()
@@ -193,7 +203,7 @@ class PostgresListener:
         is not this client's, and would hear nothing while seeming to listen."""
         channel = f"{self._channel()}_probe_{uuid.uuid4().hex[:12]}"
         conn.execute(f'LISTEN "{channel}"')
-        with self._engine.connect() as other:
+        with self._notify_engine.connect() as other:
             other.execute(text("SELECT pg_notify(:channel, 'probe')"), {"channel": channel})
             other.commit()
         deadline = time.monotonic() + PROBE_WAIT
