@@ -216,6 +216,8 @@ class PostgresListener:
                 self.received += 1  # a real wake-up that came first: keep it
                 self._on_payload(notify.payload)
         conn.execute(f'UNLISTEN "{channel}"')
+        # A no-op, so the session's last statement says what it does (pg_stat_activity).
+        conn.execute(f'LISTEN "{self._channel()}"')
         return heard
 
 
