@@ -177,6 +177,7 @@ def test_doctor_reports_each_check_and_a_real_round_trip(
         "clock",
         "workers",
         "wake-up",
+        "connections",
         "backlog",
         "round trip",
         "authorization",

@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-from sqlalchemy.pool import SingletonThreadPool, StaticPool
+from sqlalchemy.pool import NullPool, SingletonThreadPool, StaticPool
 
 from .errors import ConfigurationError
 from .options import Options
@@ -67,6 +67,34 @@ def library_engine(database: str | URL | Engine, options: Options) -> Engine:
         raise ConfigurationError(_driver_hint(url, exc)) from None
     except ArgumentError as exc:
         raise ConfigurationError(f"invalid database URL {redact_url(url)!r}: {exc}") from None
+
+
+def listen_engine(options: Options, family: str) -> Engine | None:
+    """The ``listen_url`` engine, if any; ``pooler`` and ``listen_url`` are refused by
+    name on a database other than PostgreSQL (its poolers and sessions differ)."""
+    if family != "postgresql":
+        for name in ("pooler", "listen_url"):
+            if getattr(options, name) is not None:
+                raise ConfigurationError(
+                    f"{name} is for PostgreSQL (PgBouncer); this runtime's database is {family}"
+                )
+        return None
+    return None if options.listen_url is None else direct_engine(options.listen_url)
+
+
+def direct_engine(url: str) -> Engine:
+    """The engine of ``listen_url``: a few sessions that must stay the process's own
+    (the LISTEN connection, the session mark), so it keeps none pooled; a URL without
+    a driver gets psycopg, the driver the runtime speaks PostgreSQL with."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigurationError(
+            f"listen_url is not a database URL: {redact_url(url)!r} ({exc})"
+        ) from None
+    if "+" not in parsed.drivername:
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return engine_for(parsed, poolclass=NullPool)
 
 
 def engine_for(url: URL, **kwargs: Any) -> Engine:
@@ -111,12 +139,19 @@ def _from_application_engine(app: Engine, options: Options) -> Engine:
     return create_engine(url, creator=connect, **_pool_settings(url, options))
 
 
+def pool_limits(backend: str, options: Options) -> tuple[int, int]:
+    """The pool's steady size and burst overflow for a database backend: what bounds
+    the connections one runtime opens through its pool."""
+    size = options.pool_size or options.workers + options.effect_workers + 8
+    overflow = options.pool_overflow
+    if overflow is None:
+        overflow = 64 if backend == "sqlite" else 32
+    return size, overflow
+
+
 def _pool_settings(url: URL, options: Options) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
-    if url.get_backend_name() == "sqlite":
-        kwargs["max_overflow"] = 64
-    else:
-        kwargs["max_overflow"] = 32
+    if url.get_backend_name() != "sqlite":
         # No pool_pre_ping (a round trip per checkout) and no unconditional rollback on
         # return (PyMySQL sends it even after COMMIT): the store pings only connections
         # that may be dead and rolls back only open transactions (store.dialect).
@@ -125,7 +160,7 @@ def _pool_settings(url: URL, options: Options) -> dict[str, Any]:
     # Workers, effect runners, the poller and callers each hold a connection only for one
     # transaction; overflow connections are closed on return, so a pool smaller than the
     # usual concurrency reconnects on every transaction.
-    kwargs["pool_size"] = options.pool_size or options.workers + options.effect_workers + 8
+    kwargs["pool_size"], kwargs["max_overflow"] = pool_limits(url.get_backend_name(), options)
     return kwargs
 
 

@@ -34,10 +34,13 @@ from .authorization import (
     answer,
     option_name,
 )
+from .database import pool_limits
 from .engine.presence import SERVE_ADVICE
+from .engine.wakeup import PostgresListener, wakeup_path
 from .redaction import redact_url
 from .store.processes import DRAINING
 from .store.schema import SCHEMA_VERSION, installed_version
+from .store.sessions import direct_mismatch
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -101,6 +104,7 @@ def examine(
         _clock(runtime, checks)
         _workers(runtime, checks)
         _wakeup(runtime, checks)
+        _connections(runtime, checks)
         _backlog(runtime, checks)
         if round_trip and _write_lock(runtime, checks, min(timeout, _LOCK_WAIT_S)):
             _round_trip(runtime, checks, timeout)
@@ -304,17 +308,50 @@ def _workers(runtime: Runtime, checks: list[Check]) -> None:
 def _wakeup(runtime: Runtime, checks: list[Check]) -> None:
     listener = runtime.kernel.listener
     poll = runtime.options.poll_interval
+    path = wakeup_path(runtime.store, runtime.options.wakeup_url, runtime.direct_engine)
     if listener is None:
+        pooled = runtime.store.dialect.pooled and runtime.store.dialect.notify_sql is not None
         checks.append(
             Check(
                 "wake-up",
-                "ok",
-                f"polling every {poll:g}s at most (callers in this process are woken directly)",
-                None,
+                "warn" if pooled else "ok",
+                f"{path}; polling every {poll:g}s at most (callers in this process are "
+                "woken directly)",
+                "other processes' commits reach this one only by polling: set listen_url "
+                "to a URL that reaches PostgreSQL directly, not through the pooler"
+                if pooled
+                else None,
             )
         )
         return
     kind = type(listener).__name__
+    if runtime.direct_engine is not None and runtime.options.wakeup_url is None:
+        problem = direct_mismatch(runtime.direct_engine, runtime.engine)
+        if problem is not None:
+            checks.append(
+                Check(
+                    "wake-up",
+                    "fail",
+                    f"{path}: {problem}",
+                    "listen_url must reach the same database as the runtime's URL "
+                    "(directly, not through the pooler)",
+                )
+            )
+            return
+    if isinstance(listener, PostgresListener) and listener.deaf:
+        checks.append(
+            Check(
+                "wake-up",
+                "warn",
+                f"{kind}: LISTEN heard no probe NOTIFY from another connection, so "
+                f"wake-ups are polled (every {poll:g}s at most)",
+                "something between this process and PostgreSQL does not keep the "
+                "listening session (PgBouncer in transaction mode?): set "
+                "pooler='transaction' and listen_url to a URL that reaches PostgreSQL "
+                "directly",
+            )
+        )
+        return
     ping = getattr(listener, "ping", None)
     if ping is not None:
         try:
@@ -330,7 +367,32 @@ def _wakeup(runtime: Runtime, checks: list[Check]) -> None:
                 )
             )
             return
-    checks.append(Check("wake-up", "ok", f"{kind}, with polling every {poll:g}s as fallback"))
+    checks.append(
+        Check("wake-up", "ok", f"{kind}: {path}, with polling every {poll:g}s as fallback")
+    )
+
+
+def _connections(runtime: Runtime, checks: list[Check]) -> None:
+    """How many connections this process may open, and which (deployment.md section 3)."""
+    backend = runtime.engine.url.get_backend_name()
+    size, overflow = pool_limits(backend, runtime.options)
+    pool = runtime.engine.pool
+    in_use = getattr(pool, "checkedout", lambda: 0)()
+    open_now = in_use + getattr(pool, "checkedin", lambda: 0)()
+    outside = []
+    where = " (listen_url)" if runtime.direct_engine is not None else ""
+    if isinstance(runtime.kernel.listener, PostgresListener):
+        outside.append(f"1 LISTEN{where}")
+    if runtime.store.dialect.family in ("postgresql", "mysql") and (
+        runtime.kernel.pool.presence.mark.engine is not None
+    ):
+        outside.append(f"1 session mark{where} while workers run")
+    detail = (
+        f"at most {size + overflow + len(outside)}: pool_size {size} + pool_overflow "
+        f"{overflow}" + "".join(f" + {part}" for part in outside)
+        + f"; now {open_now} open in the pool, {in_use} in use"
+    )
+    checks.append(Check("connections", "ok", detail))
 
 
 def _backlog(runtime: Runtime, checks: list[Check]) -> None:
@@ -439,6 +501,9 @@ def _round_trip(runtime: Runtime, checks: list[Check], timeout: float) -> None:
         lease_duration=max(runtime.options.lease_duration, 1.0),
         call_timeout=timeout,
         busy_timeout=min(runtime.options.busy_timeout, timeout),
+        # behind a transaction pooler as the runtime is: nothing prepared or SET there
+        pooler=runtime.options.pooler,
+        listen_url=runtime.options.listen_url,
     )
     try:
         actor_id = f"doctor-{probe.owner}"

@@ -102,12 +102,12 @@ def install(engine: Engine) -> None:
         current = scope()
         if current is None or current[1] is dbapi_connection:
             return
-        set_read_only(dbapi_connection, name, True)
-        record.info["solid_read_only"] = True
+        record.info["solid_read_only"] = set_read_only(dbapi_connection, name, True)
 
     def checkin(dbapi_connection: Any, record: Any) -> None:
-        if record.info.pop("solid_read_only", False) and dbapi_connection is not None:
-            set_read_only(dbapi_connection, name, False)
+        how = record.info.pop("solid_read_only", None)
+        if how is not None and dbapi_connection is not None:
+            set_read_only(dbapi_connection, name, False, how)
 
     event.listen(engine, "checkout", checkout)
     event.listen(engine, "checkin", checkin)

@@ -79,12 +79,32 @@ class Options:
     #: Raise it to the number of application threads that call at once: above it, each
     #: transaction opens and closes a connection of its own (costly, TLS especially).
     pool_size: int | None = None
+    #: Connections the pool may open beyond ``pool_size`` in a burst, each closed after its
+    #: transaction (None: 32 on the servers, 64 on SQLite). With ``pool_size`` it bounds
+    #: a process's connections: ``pool_size + pool_overflow``, plus on PostgreSQL one
+    #: LISTEN connection and, in a process running workers, one session mark
+    #: (``solid-objects doctor`` reports them). A transaction that finds the pool full
+    #: waits for a connection to come back.
+    pool_overflow: int | None = None
     #: Prefix of the library's table names.
     table_prefix: str = "solid_"
     #: Redis URL for cross-process wake-ups (``redis://127.0.0.1:6379/0``), published after
     #: each commit; for MySQL/MariaDB, which have no NOTIFY. None: NOTIFY on PostgreSQL,
     #: polling elsewhere. Every process of one deployment should use the same path.
     wakeup_url: str | None = None
+    #: PostgreSQL only: what sits between the runtime and the server. ``"transaction"``
+    #: for PgBouncer (or another pooler) in ``pool_mode = transaction``: the runtime then
+    #: prepares no statement on the server, sets nothing for the session (isolation and
+    #: lock wait are set per transaction) and holds no session lock through it; LISTEN
+    #: and the session mark need ``listen_url``, else wake-ups are polled and takeover
+    #: waits for the heartbeat. ``"session"`` (``pool_mode = session``) or None (a direct
+    #: connection) change nothing.
+    pooler: Literal["transaction", "session"] | None = None
+    #: PostgreSQL only: a URL reaching the same database *directly* (not through a
+    #: transaction pooler), for the two connections that need a session of their own:
+    #: the LISTEN connection of wake-ups and the worker's session mark. None: both use
+    #: the runtime's database URL (with ``pooler="transaction"``: no LISTEN, no mark).
+    listen_url: str | None = None
     #: Seconds after which finished messages, done effects and stopped processes are
     #: pruned automatically by processes running workers (None: never; prune by hand).
     #: It is also how long an idempotency key deduplicates a retried call.
@@ -216,6 +236,8 @@ class Options:
         for name in ("pool_size", "max_mailbox_length"):
             if getattr(self, name) is not None:  # None: the default pool, no bound
                 self._positive(name, integer=True)
+        if self.pool_overflow is not None:
+            self._positive("pool_overflow", integer=True, zero=True)
         self._positive("workers", integer=True, zero=True)
         for name in (
             "max_attempts",
@@ -227,7 +249,7 @@ class Options:
             "effect_max_attempts",
         ):
             self._positive(name, integer=True)
-        for name in ("workers", "effect_workers", "pool_size"):
+        for name in ("workers", "effect_workers", "pool_size", "pool_overflow"):
             count = getattr(self, name)
             if count is not None and count > _MAX_THREADS:
                 raise ConfigurationError(f"{name} must be at most {_MAX_THREADS}, not {count}")
@@ -243,6 +265,17 @@ class Options:
             raise ConfigurationError("sqlite_synchronous must be 'NORMAL' or 'FULL'")
 
     def _check_names(self) -> None:
+        if self.pooler not in (None, "transaction", "session"):
+            raise ConfigurationError(
+                f"pooler must be 'transaction', 'session' or None, not {self.pooler!r}"
+            )
+        if self.listen_url is not None and not re.match(
+            r"(postgresql|postgres)(\+psycopg)?://", str(self.listen_url)
+        ):
+            raise ConfigurationError(
+                "listen_url must be a postgresql+psycopg:// URL reaching the database "
+                f"directly, not {redact_url(str(self.listen_url))!r}"
+            )
         if self.wakeup_url is not None and not re.match(
             r"(redis|rediss|unix)://", str(self.wakeup_url)
         ):

@@ -155,6 +155,8 @@ def _like(app: Runtime | AsyncRuntime | None, overrides: dict[str, Any]) -> dict
         own = app.options
         options = {f.name: getattr(own, f.name) for f in dataclasses.fields(Options)}
         options["wakeup_url"] = None  # the application's broker is not the test's
+        # nor its pooler and direct URL: the test database is reached as its URL says
+        options["pooler"] = options["listen_url"] = None
     return {**options, "allow_reset": True, **overrides}
 
 

@@ -30,7 +30,7 @@ from .actor import Actor, definition_of
 from .admin import Administration
 from .authorization import bind_caller_loop, check_policies, wrap_async_policies
 from .catalogue import CATALOGUE
-from .database import library_engine
+from .database import library_engine, listen_engine
 from .definition import Operation
 from .engine.client import Client
 from .engine.kernel import AsyncKernel, Kernel
@@ -94,8 +94,12 @@ class Runtime:
             options={
                 "sqlite_synchronous": self.options.sqlite_synchronous,
                 "busy_timeout": self.options.busy_timeout,
+                "pooler": self.options.pooler,
             },
         )
+        #: The ``listen_url`` engine (LISTEN, session marks), if one is given.
+        self.direct_engine = listen_engine(self.options, self.store.dialect.family)
+        self.store.session_engine = self.direct_engine
         self.registry = Registry(None if self.options.actors is not None else CATALOGUE)
         for cls in self.options.actors or ():
             self.registry.register(cls)
@@ -121,7 +125,9 @@ class Runtime:
             self._engine.transactions.watch(database)
         #: What a wake-up from another process does here (``engine/notices.py``).
         self._notices = NoticeDispatch(self.store.notice_key, self._waiters, self._pool)
-        self._listener = listener_for(self.store, self.options.wakeup_url, self._notices)
+        self._listener = listener_for(
+            self.store, self.options.wakeup_url, self._notices, self.direct_engine
+        )
         if self._listener is not None:
             self._engine.notified = self._listener.listening.is_set
             self._engine.listen_connection = self._listen_connection
@@ -405,6 +411,8 @@ class Runtime:
             self._engine.state = "closed"
             self.store.close()
             self.engine.dispose()
+            if self.direct_engine is not None:
+                self.direct_engine.dispose()
 
     def __enter__(self) -> Runtime:
         self.start()

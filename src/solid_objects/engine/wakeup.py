@@ -19,10 +19,11 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from ..errors import ConfigurationError
 
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from ..store import Store
 
 log = logging.getLogger("solid_objects.wakeup")
+
+#: How long a new LISTEN connection waits for its probe NOTIFY (seconds).
+PROBE_WAIT = 2.0
 
 #: Longest wait between two attempts to reach a broker that is down (seconds).
 _MAX_BACKOFF = 5.0
@@ -48,33 +52,81 @@ class Listener(Protocol):
 
 
 def listener_for(
-    store: Store, wakeup_url: str | None, on_payload: Callable[[str], None]
+    store: Store,
+    wakeup_url: str | None,
+    on_payload: Callable[[str], None],
+    direct: Engine | None = None,
 ) -> Listener | None:
     """The wake-up path of a runtime: Redis if configured, else NOTIFY on PostgreSQL.
 
     With Redis, the store is told to publish after each commit instead of notifying.
-    Other databases without ``wakeup_url`` have no listener: they poll.
+    Other databases without ``wakeup_url`` have no listener: they poll. LISTEN runs on
+    ``direct`` (``listen_url``) when given; behind a transaction pooler without it
+    there is no listener: a LISTEN there lands on a server session the pooler hands
+    to other clients, and this process would never hear a NOTIFY while believing it
+    listens (:func:`wakeup_path` says so).
     """
     if wakeup_url is not None:
         redis = RedisWakeup(wakeup_url, lambda: store.channel, on_payload)
         store.publish = redis.publish
         return redis
-    if store.dialect.notify_sql is not None:
-        return PostgresListener(store.engine, lambda: store.channel, on_payload)
-    return None
+    if store.dialect.notify_sql is None:
+        return None
+    if direct is not None:
+        return PostgresListener(direct, lambda: store.channel, on_payload, store.engine)
+    if store.dialect.pooled:
+        log.warning(
+            "pooler='transaction' and no listen_url: LISTEN cannot work through the "
+            "pooler, so wake-ups from other processes are polled; give listen_url "
+            "(a URL reaching PostgreSQL directly) to be woken at once"
+        )
+        return None
+    return PostgresListener(store.engine, lambda: store.channel, on_payload)
+
+
+def wakeup_path(store: Store, wakeup_url: str | None, direct: Engine | None) -> str:
+    """Which wake-up path :func:`listener_for` chose, and why (for the doctor)."""
+    if wakeup_url is not None:
+        return "Redis Pub/Sub (wakeup_url)"
+    if store.dialect.notify_sql is None:
+        return f"polling: {store.dialect.name} has no LISTEN/NOTIFY (set wakeup_url for Redis)"
+    if direct is not None:
+        return "LISTEN/NOTIFY on a direct connection (listen_url)"
+    if store.dialect.pooled:
+        return (
+            "polling: pooler='transaction' and no listen_url (LISTEN through a "
+            "transaction pooler would hear nothing)"
+        )
+    return "LISTEN/NOTIFY on the database connection"
 
 
 class PostgresListener:
+    """LISTEN on a connection of ``engine``'s; its probe NOTIFY goes through
+    ``notify_engine`` (the runtime's own, when LISTEN runs on ``listen_url``), the
+    path every real wake-up takes, so a listen_url that reaches another database
+    is found too."""
+
     def __init__(
-        self, engine: Engine, channel: Callable[[], str], on_payload: Callable[[str], None]
+        self,
+        engine: Engine,
+        channel: Callable[[], str],
+        on_payload: Callable[[str], None],
+        notify_engine: Engine | None = None,
     ) -> None:
         self._engine = engine
+        self._notify_engine = notify_engine or engine
         self._channel = channel
         self._on_payload = on_payload
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.listening = threading.Event()
         self.connections = 0
+        #: Payloads heard so far (for diagnostics and tests).
+        self.received = 0
+        #: A probe NOTIFY from another connection was heard once / was not (then the
+        #: listener has stopped: the process polls, and the doctor warns).
+        self.proven = False
+        self.deaf = False
 
     def start(self) -> None:
         if self._thread is None:
@@ -106,11 +158,28 @@ class PostgresListener:
         while not self._stop.is_set():
             try:
                 conn = self._connect()
+                heard = self.proven or self._probe(conn)
             except Exception as exc:
                 log.warning("cannot LISTEN (%r); polling only, retrying in %.1fs", exc, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
+            if not heard and self._stop.is_set():  # stopped while probing: no finding
+                _close(conn)
+                return
+            if not heard:
+                self.deaf = True
+                log.warning(
+                    "LISTEN heard no NOTIFY sent from another connection within %gs: "
+                    "something between this process and PostgreSQL (a transaction "
+                    "pooler such as PgBouncer?) does not keep the listening session. "
+                    "Wake-ups from other processes are polled; set pooler='transaction' "
+                    "and listen_url (a direct URL) to be woken at once",
+                    PROBE_WAIT,
+                )
+                _close(conn)
+                return
+            self.proven = True
             backoff = 0.1
             self.connections += 1
             self.listening.set()
@@ -119,16 +188,37 @@ class PostgresListener:
             try:
                 while not self._stop.is_set():
                     for notify in conn.notifies(timeout=1.0):
+                        self.received += 1
                         self._on_payload(notify.payload)
             except Exception as exc:
                 log.warning("LISTEN connection lost (%r); reconnecting", exc)
                 time.sleep(0.05)
             finally:
                 self.listening.clear()
-                try:
-                    conn.close()
-                except Exception:
-                    pass
+                _close(conn)
+
+    def _probe(self, conn: Any) -> bool:
+        """Whether a NOTIFY sent from another connection reaches this one: LISTEN
+        through a transaction pooler succeeds, yet lands on a server session that
+        is not this client's, and would hear nothing while seeming to listen."""
+        channel = f"{self._channel()}_probe_{uuid.uuid4().hex[:12]}"
+        conn.execute(f'LISTEN "{channel}"')
+        with self._notify_engine.connect() as other:
+            other.execute(text("SELECT pg_notify(:channel, 'probe')"), {"channel": channel})
+            other.commit()
+        deadline = time.monotonic() + PROBE_WAIT
+        heard = False
+        while not heard and not self._stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            for notify in conn.notifies(timeout=min(left, 0.1)):
+                if notify.channel == channel:
+                    heard = True
+                    break
+                self.received += 1  # a real wake-up that came first: keep it
+                self._on_payload(notify.payload)
+        conn.execute(f'UNLISTEN "{channel}"')
+        # A no-op, so the session's last statement says what it does (pg_stat_activity).
+        conn.execute(f'LISTEN "{self._channel()}"')
+        return heard
 
 
 def _import_redis() -> Any:

@@ -133,6 +133,9 @@ class Dialect:
     #: one statement (``finish_direct``, ``finish_turn``).
     writable_cte = False
     begin_sql = "BEGIN"
+    #: Behind a transaction pooler (``Options.pooler``, PostgreSQL): the server session
+    #: changes between transactions, so nothing is prepared, SET or locked for it.
+    pooled = False
 
     @property
     def notify_call(self) -> str | None:
@@ -588,6 +591,7 @@ class PostgreSQLDialect(Dialect):
     def configure(self, engine: Engine, options: dict[str, Any]) -> None:
         lock_ms = max(1, int(options["busy_timeout"] * 1000))
         self.lock_wait = options["busy_timeout"]
+        self.pooled = options.get("pooler") == "transaction"
         ping_idle_connections(engine)
         rollback_unfinished_transactions(engine)
         settings = f"SET lock_timeout = {lock_ms}"
@@ -608,13 +612,23 @@ class PostgreSQLDialect(Dialect):
             if dbapi_conn.autocommit:
                 dbapi_conn.autocommit = False
             dbapi_conn.adapters.register_loader("jsonb", canonical_loader)
+            if self.pooled:
+                # Each transaction may run on another server session, shared with other
+                # clients: nothing prepared or SET outlives it (``bound_lock_wait``).
+                dbapi_conn.prepare_threshold = None
             with dbapi_conn.cursor() as cur:
-                cur.execute(settings)
+                if not self.pooled:
+                    cur.execute(settings)
                 if self.server is None:
                     cur.execute("SELECT version()")
                     self.adapt(str(cur.fetchone()[0]))
             dbapi_conn.commit()
-            if dbapi_conn.isolation_level is not None:
+            if self.pooled and self.isolation is not None:
+                # psycopg then opens each transaction with BEGIN ISOLATION LEVEL ...
+                from psycopg import IsolationLevel
+
+                dbapi_conn.isolation_level = IsolationLevel[self.isolation.replace(" ", "_")]
+            elif dbapi_conn.isolation_level is not None:
                 dbapi_conn.isolation_level = None
 
     def adapt(self, version: str) -> None:
@@ -637,6 +651,11 @@ class PostgreSQLDialect(Dialect):
 
     def bound_lock_wait(self, cursor: Any, *, in_transaction: bool) -> Callable[[], None] | None:
         left = self.call_lock_wait()
+        if self.pooled:
+            # No session lock_timeout to fall back on: every write transaction sets its own.
+            ms = max(1, int((self.lock_wait if left is None else left) * 1000))
+            cursor.execute(f"SET LOCAL lock_timeout = {ms}")
+            return None
         if left is None:
             return None
         ms = max(1, int(left * 1000))
@@ -646,6 +665,14 @@ class PostgreSQLDialect(Dialect):
         cursor.execute(f"SET lock_timeout = {ms}")
         usual = max(1, int(self.lock_wait * 1000))
         return lambda: cursor.execute(f"SET lock_timeout = {usual}")
+
+    @contextmanager
+    def statement(self, engine: Engine, render: Any) -> Iterator[Tx]:
+        """Behind a transaction pooler, a transaction of its own: its ``SET LOCAL
+        lock_timeout`` bounds the statement's lock waits (no session one to rely on)."""
+        opener = self.write if self.pooled else super().statement
+        with opener(engine, render) as tx:
+            yield tx
 
     def is_unavailable(self, error: BaseException | None) -> bool:
         state = getattr(error, "sqlstate", None)

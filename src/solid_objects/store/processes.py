@@ -79,6 +79,7 @@ class ProcessStatements:
     prefix: str
     engine: Engine
     dialect: Dialect
+    session_engine: Engine | None
     notify: Callable[[Tx, str], None]
 
     def _proc(self, template: str) -> str:
@@ -361,7 +362,10 @@ class ProcessStatements:
 
     def session_mark(self, owner: str) -> SessionMark:
         """The session mark ``owner`` holds while it runs (see ``store.sessions``)."""
-        return SessionMark(self.engine, self.dialect.family, mark_name(self.prefix, owner))
+        engine = self.session_engine
+        if engine is None and not self.dialect.pooled:
+            engine = self.engine
+        return SessionMark(engine, self.dialect.family, mark_name(self.prefix, owner))
 
     def gone_processes(
         self, tx: Tx, *, owner: str, host_identity: str | None, limit: int

@@ -3,9 +3,9 @@
 A turn that changed its actor's state upserts the row inside its fenced commit
 (:meth:`ProjectionStatements.write`); destroying or expiring an actor deletes the row
 in the same transaction. The tables are the application's to read and join; their
-names and definitions are recorded in ``{prefix}projections`` (made on first use,
-like the tables themselves), so a changed definition is noticed and the rows are
-computed again (``engine/projections.py``), and ``empty_tables`` finds them.
+names and definitions are recorded in ``{prefix}projections`` (schema 15), so a
+changed definition is noticed and the rows are computed again
+(``engine/projections.py``), and ``empty_tables`` finds them.
 """
 
 from __future__ import annotations
@@ -49,16 +49,6 @@ _KIND_TYPES: dict[str, Any] = {
 }
 
 
-def _registry(prefix: str) -> Table:
-    return Table(
-        f"{prefix}projections",
-        MetaData(),
-        Column("actor_type", String(128), primary_key=True),
-        Column("table_name", String(64), nullable=False),
-        Column("fingerprint", String(64), nullable=False),
-    )
-
-
 class ProjectionStatements:
     """Projection tables of one store: their DDL, the upsert a commit runs, deletes."""
 
@@ -72,7 +62,6 @@ class ProjectionStatements:
         self._upserts: dict[str, str] = {}
         self._table_objects: dict[str, Table] = {}
         self._lock = threading.Lock()
-        self._registry_made = False
 
     # --- the tables ---------------------------------------------------------------------
 
@@ -131,7 +120,6 @@ class ProjectionStatements:
 
     def _make(self, table: Table) -> tuple[bool, Any]:
         with self.engine.begin() as conn:
-            _registry(self.prefix).create(conn, checkfirst=True)
             found = inspect(conn).has_table(table.name)
             if not found:
                 table.create(conn)
@@ -153,7 +141,6 @@ class ProjectionStatements:
                 ),
                 {"t": table.info.get("actor_type", "")},
             ).first()
-        self._registry_made = True
         return found, stored
 
     def record(self, spec: ProjectionSpec) -> None:
@@ -172,17 +159,8 @@ class ProjectionStatements:
                 {"t": spec.actor_type, "n": name, "f": spec.fingerprint},
             )
 
-    def registry_made(self) -> bool:
-        """Whether ``{prefix}projections`` exists (checked on a connection of its own: a
-        failed statement would end a PostgreSQL transaction); remembered once true."""
-        if not self._registry_made:
-            self._registry_made = inspect(self.engine).has_table(f"{self.prefix}projections")
-        return self._registry_made
-
     def known_tables(self, tx: Tx) -> list[str]:
         """Every projection table recorded in this database (for ``empty_tables``)."""
-        if not self.registry_made():
-            return []
         return [str(r[0]) for r in tx.rows(f"SELECT table_name FROM {self.prefix}projections")]
 
     # --- rows ---------------------------------------------------------------------------
@@ -275,8 +253,6 @@ class ProjectionStatements:
         )
 
     def _recorded_table(self, tx: Tx, actor_type: str) -> str | None:
-        if not self.registry_made():
-            return None
         name = tx.scalar(
             f"SELECT table_name FROM {self.prefix}projections WHERE actor_type = :t",
             {"t": actor_type},

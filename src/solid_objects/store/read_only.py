@@ -35,13 +35,30 @@ def supports_read_only(dialect_name: str) -> bool:
     return dialect_name in _STATEMENTS
 
 
-def set_read_only(dbapi_connection: Any, dialect_name: str, read_only: bool) -> None:
-    """Make the session's next transactions read-only (or writable again).
+def set_read_only(
+    dbapi_connection: Any, dialect_name: str, read_only: bool, how: str | None = None
+) -> str:
+    """Make the session's next transactions read-only (or writable again); return how
+    (``"transaction"`` or ``"session"``), to be undone the same way.
 
     Called on a connection just checked out (or about to be checked in), so no
-    transaction of the application's is open on it: the statement's own implicit
+    transaction of the application's is open on it. On psycopg outside autocommit
+    the driver opens each transaction with ``BEGIN READ ONLY``: nothing is set for
+    the server session, which a transaction pooler (PgBouncer) would hand to other
+    clients with the setting still on. Elsewhere the statement's own implicit
     transaction is committed at once, and the next one starts with the setting.
     """
+    if how is None:
+        per_transaction = (
+            dialect_name in ("postgresql", "cockroachdb")
+            and hasattr(dbapi_connection, "read_only")
+            and not getattr(dbapi_connection, "autocommit", True)
+            and _idle(dbapi_connection)
+        )
+        how = "transaction" if per_transaction else "session"
+    if how == "transaction":
+        dbapi_connection.read_only = True if read_only else None
+        return how
     statement = _STATEMENTS[dialect_name][0 if read_only else 1]
     cursor = dbapi_connection.cursor()
     try:
@@ -50,3 +67,10 @@ def set_read_only(dbapi_connection: Any, dialect_name: str, read_only: bool) -> 
         cursor.close()
     if dialect_name != "sqlite":
         dbapi_connection.commit()
+    return how
+
+
+def _idle(dbapi_connection: Any) -> bool:
+    """Whether a psycopg connection has no transaction open (its ``read_only`` may change)."""
+    info = getattr(dbapi_connection, "info", None)
+    return getattr(info, "transaction_status", None) == 0  # psycopg.pq.TransactionStatus.IDLE

@@ -285,6 +285,15 @@ def build_metadata(prefix: str) -> MetaData:
         Column("created_at", BigInteger, nullable=False),
         Index(f"{prefix}journal_actor", "actor_pk", "seq"),
     )
+    Table(
+        f"{prefix}projections",
+        md,
+        # The projection tables of actor types that declare ``@projection`` values
+        # (schema 15): which table, and the definition its rows were computed with.
+        Column("actor_type", _ident(128), primary_key=True),
+        Column("table_name", String(64), nullable=False),
+        Column("fingerprint", String(64), nullable=False),
+    )
     define_admin_tables(md, prefix)
     for table in md.tables.values():
         # Every text column compares byte by byte on MySQL/MariaDB, not only the ones
@@ -476,8 +485,9 @@ def _migrate_to_14(conn: Connection, md: MetaData) -> None:
 
 
 def _migrate_to_15(conn: Connection, md: MetaData) -> None:
-    """The per-turn journal of classes that ask for one (``journaled = True``)."""
-    _create(conn, md, "journal")
+    """The per-turn journal of classes that ask for one (``journaled = True``), and the
+    record of projection tables (``@projection``)."""
+    _create(conn, md, "journal", "projections")
 
 
 def _mysql_json(conn: Connection, table: str) -> bool:

@@ -12,9 +12,12 @@ its leases away (new token), so a holder that is in fact alive has its commit
 refused by the lease fence, exactly as after a missed heartbeat.
 
 What the mark cannot see: behind PgBouncer in transaction mode a session lock
-lands on a pooled server connection that is not this process's (``hold``
-cannot prove it holds the mark, so the process does not claim one and peers
-fall back to the heartbeat); on Galera ``GET_LOCK`` is node-local, so a peer on
+lands on a pooled server session that is not this process's: it would outlive
+the process (peers wait for the heartbeat) or vanish while the process runs
+(when the pooler closes that session), so with ``pooler="transaction"`` the
+mark is held on a ``listen_url`` connection, which reaches the server directly,
+or not at all (no engine: ``hold`` says False, peers fall back to the
+heartbeat); on Galera ``GET_LOCK`` is node-local, so a peer on
 another node sees every mark free (use the heartbeat there).
 """
 
@@ -53,7 +56,7 @@ def _galera(conn: Connection) -> bool:
 class SessionMark:
     """This process's mark, held on a connection of its own until :meth:`release`."""
 
-    def __init__(self, engine: Engine, family: str, name: str) -> None:
+    def __init__(self, engine: Engine | None, family: str, name: str) -> None:
         self.engine = engine
         self.family = family
         self.name = name
@@ -68,6 +71,8 @@ class SessionMark:
         session it lands on is not provably this process's own."""
         if self.family not in ("postgresql", "mysql") or self._conn is not None:
             return self._conn is not None
+        if self.engine is None:
+            return False
         conn = self.engine.connect()
         try:
             if self.family == "postgresql":
@@ -127,6 +132,24 @@ class SessionMark:
             self.release()
             return False
         return True
+
+
+def direct_mismatch(direct: Engine, engine: Engine) -> str | None:
+    """Why the ``listen_url`` engine cannot hear NOTIFY from ``engine``'s commits (nor
+    hold marks peers see), or None: a NOTIFY reaches the sessions of one database of
+    one server, so both must name the same database on the same server (its start
+    time tells two servers apart without superuser rights)."""
+    sql = text("SELECT current_database() || '@' || CAST(pg_postmaster_start_time() AS TEXT)")
+    try:
+        with direct.connect() as conn:
+            mine = str(conn.execute(sql).scalar())
+        with engine.connect() as conn:
+            theirs = str(conn.execute(sql).scalar())
+    except Exception as exc:  # the doctor reports it, whatever it is
+        return f"cannot compare the two connections: {exc}"
+    if mine != theirs:
+        return f"listen_url reaches {mine}, the runtime's URL {theirs}"
+    return None
 
 
 def held_sql(family: str) -> str | None:

@@ -126,6 +126,9 @@ class Store(
         self.dialect: Dialect = dialect_for(engine)
         self.dialect.configure(engine, options)
         self._sql: dict[str, str] = {}
+        #: Where session marks are held when not on ``engine``: the ``listen_url``
+        #: engine, which reaches the server directly (``store.sessions``).
+        self.session_engine: Engine | None = None
         self._channel: str | None = None
         self._identity: str | None = None
         #: Set when wake-ups go through a broker outside the database (Redis): called
@@ -287,6 +290,7 @@ class Store(
                 with self.dialect.install_transaction(self.engine) as conn:
                     version = schema.install(conn, self.dialect, self.prefix)
                 self.notice_key.load()  # before the first enqueue needs it
+                self.load_channel()
                 return version
             except DBAPIError as exc:
                 # No install lock on this engine: another process's install got there
@@ -308,6 +312,14 @@ class Store(
         with self.engine.connect() as conn:
             schema.check_installed(conn, self.prefix)
         self.notice_key.load()
+        self.load_channel()
+
+    def load_channel(self) -> None:
+        """Read :attr:`channel` now, outside any transaction: the first enqueue would
+        otherwise read it from a second connection while its own transaction holds
+        one, and a transaction pooler with every server session busy never gives it."""
+        if self._channel is None:
+            self._channel = self.channel
 
     def now(self, tx: Tx) -> int:
         return int(tx.scalar("SELECT {now}"))
