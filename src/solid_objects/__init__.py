@@ -36,6 +36,7 @@ from .errors import (
     PayloadTooLarge,
     QueryMutatedState,
     Rejected,
+    ReplyFailed,
     SolidObjectsError,
     SyncInsideTransaction,
     Unauthorized,
@@ -44,6 +45,7 @@ from .errors import (
 )
 from .message import MessageInfo, Sender
 from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref
+from .reply import Reply
 from .runtime import AsyncRuntime, Runtime
 
 __version__ = "0.1.0"
@@ -73,6 +75,8 @@ __all__ = [
     "QueryMutatedState",
     "Ref",
     "Rejected",
+    "Reply",
+    "ReplyFailed",
     "Runtime",
     "Sender",
     "SolidObjectsError",

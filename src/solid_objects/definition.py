@@ -60,6 +60,7 @@ RESERVED_NAMES = frozenset(
         "schedule",
         "cancel_schedule",
         "send_to",
+        "request",
         "commit_action",
         "current_message",
         "on_activate",

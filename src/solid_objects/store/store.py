@@ -35,6 +35,7 @@ from .notices import KEY_NAME, NoticeKey
 from .outbox import OutboxStatements
 from .processes import ProcessStatements
 from .promotion import PromotionStatements
+from .replies import ReplyStatements
 from .retention import RetentionStatements
 from .rows import (
     MSG_COLS,
@@ -107,6 +108,7 @@ class Store(
     MailboxStatements,
     PromotionStatements,
     OutboxStatements,
+    ReplyStatements,
     AdminStatements,
     ControlStatements,
     IdleStatements,

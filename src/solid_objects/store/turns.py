@@ -19,7 +19,7 @@ from ..errors import LeaseLost
 from ..writes import TurnWrites
 from .dialect import Dialect, Tx
 from .notices import NoticeKey, done_hint, outcome_notice
-from .rows import MSG_COLS, Committed, Lease, MessageRow, message_row, new_id
+from .rows import MSG_COLS, Committed, Lease, MessageRow, message_row, new_id, reply_route_of
 
 
 class TurnStatements:
@@ -33,6 +33,7 @@ class TurnStatements:
     publish: Callable[[str], None] | None
     head_message: Callable[[Tx, int, int], MessageRow | None]
     write_staged: Callable[..., list[MessageRow]]
+    send_reply: Callable[..., MessageRow | None]
     _retrying: Callable[
         [Callable[[Tx], int], Callable[[Engine, Any], AbstractContextManager[Tx]]], int
     ]
@@ -90,7 +91,8 @@ class TurnStatements:
         fenced on the mailbox being empty, and the message row is inserted finished.
         """
         assert message.seq is not None
-        if not direct and not staged and self.dialect.writable_cte:
+        request = reply_route_of(message.sender) is not None
+        if not direct and not staged and not request and self.dialect.writable_cte:
             return self._finish_in_one(
                 tx,
                 lease,
@@ -182,6 +184,14 @@ class TurnStatements:
             for m, sent in zip(outbound, staged.messages if staged else [], strict=True)
             if m.status == "scheduled" and sent.delay_ms <= 0
         ]
+        reply = (
+            self.send_reply(tx, message, status=status, result=result, error=error)
+            if request
+            else None
+        )
+        if reply is not None:
+            outbound.append(reply)
+            due_now.append((reply.id, reply.actor_pk))
         return Committed(head, outbound, due_now)
 
     def _finish_in_one(
