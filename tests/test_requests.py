@@ -12,6 +12,7 @@ from solid_objects import (
     Actor,
     InvalidArguments,
     MessageFailed,
+    NonRetryableError,
     Rejected,
     Reply,
     ReplyFailed,
@@ -43,6 +44,9 @@ class Vault(Actor):
     def lock(self) -> None:
         pass
 
+    def explode(self) -> None:
+        raise NonRetryableError("the vault is on fire")
+
 
 class Teller(Actor):
     replies: list[dict[str, Any]] = []
@@ -63,6 +67,9 @@ class Teller(Actor):
         self.replies.append(
             {"id": reply.request_id, "status": reply.status, "value": value, "ctx": reply.context}
         )
+
+    def ask_to_explode(self) -> str:
+        return self.request(Vault, "v", reply_to=self.on_funds, context="boom").explode()
 
     def bad_reply_to(self) -> None:
         self.request(Vault, "v", reply_to="ask").withdraw(amount=1)
@@ -157,3 +164,30 @@ def test_the_timeout_before_the_answer_is_the_one_outcome(
     # The stored outcome is still the one delivered: the late answer rewrote nothing.
     outcome = f"idempotency_key = 'reply:{request_id}' AND status = 'completed'"
     assert count_rows(rt, "messages", f"{outcome} AND arguments LIKE '%timed_out%'") == 1
+
+
+def test_a_dead_lettered_request_replies_failed(make_runtime: Callable[..., Runtime]) -> None:
+    rt = make_runtime()
+    sent = rt.ref(Teller, "t").ask_to_explode.send()
+    rt.testing.drain()
+    request_id = sent.result()
+    [reply] = rt.ref(Teller, "t").snapshot()["replies"]
+    assert (reply["id"], reply["status"], reply["ctx"]) == (request_id, "failed", "boom")
+    assert reply["value"] == {"type": "NonRetryableError", "message": "the vault is on fire"}
+
+
+def test_a_request_to_a_destroyed_actor_replies_destroyed_once(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    rt = make_runtime()
+    rt.admin.set_policy(allow({"ops:*": "*"}))
+    ops = rt.admin.as_principal("ops:test")
+    rt.ref(Vault, "v").lock.send()
+    rt.testing.drain()
+    ops.pause_actor("Vault", "v")
+    request_id = ask(rt, 2, timeout=30)
+    assert rt.ref(Vault, "v").destroy()
+    rt.testing.run_due_reminders(datetime.now(UTC) + timedelta(minutes=5))
+    replies = rt.ref(Teller, "t").snapshot()["replies"]
+    assert [(r["id"], r["status"]) for r in replies] == [(request_id, "destroyed")]
+    assert replies[0]["value"]["type"] == "ActorDestroyed"

@@ -10,12 +10,12 @@ the timeout one message: whichever enters the mailbox first is the outcome.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..writes import reply_arguments, reply_key
 from .dialect import Tx
-from .rows import MessageRow, encode_sender, new_id, reply_route_of
+from .rows import MSG_COLS, MessageRow, encode_sender, message_row, new_id, reply_route_of
 
 #: What a finished message's status says to its asker.
 REPLY_STATUS = {
@@ -25,6 +25,12 @@ REPLY_STATUS = {
     "cancelled": "destroyed",
     "destroyed": "destroyed",
 }
+
+_DESTROYED = json.dumps(
+    {"type": "ActorDestroyed", "message": "the target actor was destroyed before it answered"},
+    sort_keys=True,
+    separators=(",", ":"),
+)
 
 
 class ReplyStatements:
@@ -84,6 +90,25 @@ class ReplyStatements:
             return None
         sent.arguments, sent.sender = arguments, sender
         return sent
+
+    def reply_destroyed(self, tx: Tx, actor_pk: int, message_ids: Sequence[str] | None) -> None:
+        """Answer ``destroyed`` to the askers of the pending requests of actor
+        ``actor_pk`` (of ``message_ids`` only, when given), in the transaction that marks
+        them destroyed: just before, while they are still pending."""
+        rows = [
+            message_row(r)
+            for r in tx.rows(
+                f"SELECT {MSG_COLS} FROM {{messages}} WHERE actor_pk = :pk "
+                "AND status IN ('scheduled', 'queued') AND sender LIKE :route",
+                {"pk": actor_pk, "route": '%"reply":%'},
+            )
+        ]
+        for message in rows:
+            if message_ids is not None and message.id not in message_ids:
+                continue
+            if _asker(message) == (message.actor_type, message.actor_id):
+                continue  # a request to itself: its asker goes with it
+            self.send_reply(tx, message, status="destroyed", result=None, error=_DESTROYED)
 
 
 def _asker(message: MessageRow) -> tuple[str, str]:

@@ -678,6 +678,7 @@ class Store(
         )
         if pk is None:
             return False
+        self.reply_destroyed(tx, int(pk), None)
         tx.run(
             "UPDATE {messages} SET status = 'destroyed', completed_at = {now} "
             "WHERE actor_pk = :pk AND status IN ('scheduled', 'queued')",
