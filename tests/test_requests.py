@@ -191,3 +191,42 @@ def test_a_request_to_a_destroyed_actor_replies_destroyed_once(
     replies = rt.ref(Teller, "t").snapshot()["replies"]
     assert [(r["id"], r["status"]) for r in replies] == [(request_id, "destroyed")]
     assert replies[0]["value"]["type"] == "ActorDestroyed"
+
+
+class Broker(Actor):
+    """B: answers A's request only once it has C's answer (it asks while answering)."""
+
+    pending: dict[str, str] = {}
+
+    def quote(self, amount: int) -> None:
+        self.request(Vault, "c", reply_to=self.on_vault, context=amount).withdraw(amount=amount)
+
+    def on_vault(self, reply: Reply) -> None:
+        self.send_to(Desk, "a").done(note=f"{reply.status}:{reply.result}")
+
+
+class Desk(Actor):
+    """A: asks B, records what finally came back."""
+
+    notes: list[str] = []
+
+    def start(self) -> str:
+        return self.request(Broker, "b", reply_to=self.on_broker, context="A").quote(amount=4)
+
+    def on_broker(self, reply: Reply) -> None:
+        self.notes.append(f"broker:{reply.status}:{reply.context}")
+
+    def done(self, note: str) -> None:
+        self.notes.append(f"vault:{note}")
+
+
+def test_a_chain_of_requests_answers_each_asker_once(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    rt = make_runtime()
+    rt.ref(Desk, "a").start.send()
+    rt.testing.drain()
+    notes = rt.ref(Desk, "a").snapshot()["notes"]
+    # B's own turn completes first (A's answer), C's answer reaches A through B after.
+    assert sorted(notes) == ["broker:completed:A", "vault:completed:6"]
+    assert rt.ref(Vault, "c").snapshot()["balance"] == 6
