@@ -12,7 +12,9 @@ process would leave them. A fresh runtime recovers, and a model checks:
 - every committed turn has exactly one effect row, every effect row was handled
   at least once, and every handling carried its row's id (``ctx.id``);
 - every scheduled reminder fired exactly once; every message sent to another
-  actor arrived exactly once; nothing became a dead letter.
+  actor arrived exactly once; every committed request got exactly one answer
+  (its reply, never the timeout: the answer commits long before it is due);
+  nothing became a dead letter.
 
 A last test plants a bug (a fence that checks no lease) and shows that the same
 model then reports a violation, so the harness can fail.
@@ -28,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from solid_objects import Actor, EffectContext, Runtime
+from solid_objects import Actor, EffectContext, Reply, Runtime
 from solid_objects.faults import POINTS, SimulatedCrash, inject
 from solid_objects.store.store import Store
 
@@ -53,7 +55,18 @@ class Ledger(Actor):
             self.schedule(delay=timedelta(hours=1), key=tag).remind(tag=tag)
         if tag.endswith("s"):
             self.send_to(Ledger, f"{self.actor_id}-peer").forwarded(tag=tag)
+        if tag.endswith("q"):
+            self.request(
+                Ledger,
+                f"{self.actor_id}-peer",
+                reply_to=self.answered,
+                timeout=timedelta(hours=1),
+                context=tag,
+            ).forwarded(tag=tag)
         return len(self.entries)
+
+    def answered(self, reply: Reply) -> None:
+        self.entries.append(f"answer:{reply.context}:{reply.status}")
 
     def remind(self, tag: str) -> None:
         self.entries.append(f"reminded:{tag}")
@@ -67,7 +80,7 @@ def notify(ctx: EffectContext, tag: str) -> None:
         handled.append((ctx.id, tag))
 
 
-WORKLOAD = {"a": ["a1", "a2r", "a3s", "a4"], "b": ["b1s", "b2", "b3r"]}
+WORKLOAD = {"a": ["a1", "a2r", "a3s", "a4q"], "b": ["b1s", "b2q", "b3r"]}
 
 
 def new_runtime(url: str) -> Runtime:
@@ -117,7 +130,7 @@ def check_contract(rt: Runtime, acknowledged: dict[str, list[str]], interrupted:
     reminders = {t for tags in WORKLOAD.values() for t in tags if t.endswith("r")}
     for actor, tags in WORKLOAD.items():
         entries = rt.ref(Ledger, actor).snapshot()["entries"]
-        recorded = [e for e in entries if not e.startswith("reminded:")]
+        recorded = [e for e in entries if not e.startswith(("reminded:", "answer:"))]
         # exactly once and in send order; an interrupted send at most once
         assert [t for t in recorded if t not in interrupted] == acknowledged[actor]
         assert all(recorded.count(t) <= 1 for t in tags), entries
@@ -125,8 +138,12 @@ def check_contract(rt: Runtime, acknowledged: dict[str, list[str]], interrupted:
             if tag in reminders and tag in recorded:
                 assert entries.count(f"reminded:{tag}") == 1, entries
         peer = rt.ref(Ledger, f"{actor}-peer").snapshot()["entries"]
-        forwarded = [t for t in recorded if t.endswith("s")]
+        forwarded = [t for t in recorded if t.endswith(("s", "q"))]
         assert peer == [f"fwd:{t}" for t in forwarded]
+        for tag in recorded:
+            if tag.endswith("q"):  # one outcome per committed request: the answer
+                answers = [e for e in entries if e.startswith(f"answer:{tag}:")]
+                assert answers == [f"answer:{tag}:completed"], entries
     with rt.store.read() as tx:
         effects = {row[0]: row[1] for row in tx.rows("SELECT id, arguments FROM solid_effects")}
     applied = sum(

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from examples.seats import HOLD_FOR, Show
+from examples.transfer import run_scenarios
 from solid_objects import Rejected, Runtime
 
 from .conftest import count_rows, db_now
@@ -22,8 +23,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.parametrize(
     "command",
-    [["examples.onboarding"], ["examples.seats"], ["solid_objects", "quickstart"]],
-    ids=["onboarding", "seats", "quickstart"],
+    [
+        ["examples.onboarding"],
+        ["examples.seats"],
+        ["examples.transfer"],
+        ["solid_objects", "quickstart"],
+    ],
+    ids=["onboarding", "seats", "transfer", "quickstart"],
 )
 def test_example_runs_and_leaves_no_temporary_files(command: list[str], tmp_path: Path) -> None:
     """Each demo runs as written and removes its temporary folder: the
@@ -67,3 +73,13 @@ def test_only_one_buyer_gets_the_last_seat_and_holds_expire(
     rt.testing.run_due_reminders(later)
     assert show.snapshot()["seats"] == {"1": f"sold:{holder}"}
     assert show.free() == ["2", "3"]
+
+
+def test_the_transfer_saga_conserves_money_on_every_ending(db_url: str) -> None:
+    """Done, refused deposit, timed-out deposit that still ran late: the money is where
+    the transfer's status says, never created nor lost."""
+    assert run_scenarios(db_url) == {
+        "ok": {"status": "done", "source": 70, "destination": 30},
+        "frozen": {"status": "compensated: credit rejected", "source": 100, "destination": 0},
+        "timeout": {"status": "compensated: credit timed_out", "source": 100, "destination": 0},
+    }

@@ -292,3 +292,51 @@ def test_pyright_sees_the_attribute_form_as_any(
         if d["range"]["start"]["line"] + 1 in ATTRIBUTE_REVEALS and d["severity"] == "information"
     ]
     assert reveals and all(message.endswith('is "Any"') for message in reveals), reveals
+
+
+# Requests: the staged call is checked like a send and returns the request id (str).
+REQUEST_CONTROL = """\
+from typing import reveal_type
+
+from solid_objects import Actor, Reply
+
+
+class ReqVault(Actor):
+    balance: int = 0
+
+    def withdraw(self, amount: int) -> int:
+        self.balance -= amount
+        return self.balance
+
+
+class ReqTeller(Actor):
+    def ask(self) -> None:
+        self.request(ReqVault, "v", reply_to=self.on_funds).withdrw(amount=1)
+        self.request(ReqVault, "v", reply_to=self.on_funds).withdraw(amount="1")
+        n: int = self.request(ReqVault, "v", reply_to=self.on_funds).withdraw(amount=1)
+        reveal_type(self.request(ReqVault, "v", reply_to=self.on_funds).withdraw(amount=1))
+        reveal_type(self.request(ReqVault, "v", reply_to=self.on_funds).call(ReqVault.withdraw, 1))
+        print(n)
+
+    def on_funds(self, reply: Reply) -> None:
+        pass
+"""
+REQUEST_MISTAKES = {
+    16: "attr-defined",  # .withdrw(amount=1)
+    17: "arg-type",  # .withdraw(amount="1")
+    18: "assignment",  # n: int = <request id>
+}
+REQUEST_REVEALS = (19, 20)
+
+
+def test_mypy_plugin_types_a_request_and_its_request_id(tmp_path: Path) -> None:
+    path = tmp_path / "request_control.py"
+    path.write_text(REQUEST_CONTROL, encoding="utf-8")
+    assert ".withdrw(" in REQUEST_CONTROL.splitlines()[16 - 1]
+    done = _mypy(path)
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    assert _errors(out, path.name) == REQUEST_MISTAKES, out
+    for line in REQUEST_REVEALS:
+        revealed = rf'{path.name}:{line}: note: Revealed type is "(builtins\.)?str"'
+        assert re.search(revealed, out), out

@@ -36,6 +36,7 @@ from .errors import (
     PayloadTooLarge,
     QueryMutatedState,
     Rejected,
+    ReplyFailed,
     SolidObjectsError,
     SyncInsideTransaction,
     Unauthorized,
@@ -46,6 +47,7 @@ from .message import MessageInfo, Sender
 from .projections import Found, FoundPage, projection
 from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref
 from .reminders import Reminder
+from .reply import Reply
 from .runtime import AsyncRuntime, Runtime
 
 __version__ = "0.1.0"
@@ -78,6 +80,8 @@ __all__ = [
     "Ref",
     "Rejected",
     "Reminder",
+    "Reply",
+    "ReplyFailed",
     "Runtime",
     "Sender",
     "SolidObjectsError",

@@ -182,6 +182,28 @@ class Actor:
         """
         return _Outbound(definition_of(cls), actor_id, delay, idempotency_key)
 
+    def request(
+        self,
+        cls: type[T],
+        actor_id: str,
+        *,
+        reply_to: str | Callable[..., Any],
+        timeout: timedelta | float | None = None,
+        context: Any = None,
+    ) -> _Request[T]:
+        """Stage a request: ``self.request(Account, "a", reply_to=self.on_funds,
+        timeout=timedelta(seconds=30), context={...}).withdraw(amount=5)``.
+
+        Like ``send_to``, the message is enqueued in this turn's commit; its outcome
+        comes back later as a message to ``reply_to`` (an operation of this actor taking
+        ``reply: Reply``): the result, or why there is none (rejected, failed, destroyed,
+        timed out), with ``context`` and the request id this call returns. Exactly one
+        outcome per request reaches ``reply_to``; the turn never waits.
+        """
+        name = _name(reply_to)
+        assert name is not None
+        return _Request(definition_of(cls), actor_id, self.actor_id, name, timeout, context)
+
 
 def _name(operation: str | Callable[..., Any] | None) -> str | None:
     if operation is None or isinstance(operation, str):
@@ -270,3 +292,56 @@ def definition_of(cls: type[Actor]) -> ActorDefinition:
         from .errors import InvalidActorDefinition
 
         raise InvalidActorDefinition(f"{cls!r} is not a subclass of solid_objects.Actor") from None
+
+
+class _Request(Generic[T]):
+    """``self.request(Cls, id, reply_to=...)``: its attributes stage a request to
+    ``Cls``'s operations and return the request id."""
+
+    def __init__(
+        self,
+        target: ActorDefinition,
+        actor_id: str,
+        asker_id: str,
+        reply_to: str,
+        timeout: timedelta | float | None,
+        context: Any,
+    ) -> None:
+        self._target = target
+        self._actor_id = actor_id
+        self._asker_id = asker_id
+        self._reply_to = reply_to
+        self._timeout = timeout
+        self._context = context
+
+    def call(
+        self, method: Callable[Concatenate[T, P], object], /, *args: P.args, **kwargs: P.kwargs
+    ) -> str:
+        """The request in a form every type checker checks: ``.call(Account.withdraw, 5)``.
+
+        ``call`` is a reserved name, so it never hides an operation of the target.
+        """
+        operation = operation_of(self._target, method)
+        return self._stage(operation.name, args, kwargs)
+
+    def _stage(self, operation: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        return staging.request(
+            self._target,
+            self._actor_id,
+            operation,
+            args,
+            kwargs,
+            asker_id=self._asker_id,
+            reply_to=self._reply_to,
+            timeout=self._timeout,
+            context=self._context,
+        )
+
+    def __getattr__(self, operation: str) -> Callable[..., str]:
+        if operation.startswith("__"):
+            raise AttributeError(operation)
+
+        def stage(*args: Any, **kwargs: Any) -> str:
+            return self._stage(operation, args, kwargs)
+
+        return stage

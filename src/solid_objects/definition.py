@@ -69,6 +69,7 @@ RESERVED_NAMES = frozenset(
         "reminders",
         "reminder",
         "send_to",
+        "request",
         "commit_action",
         "current_message",
         "on_activate",

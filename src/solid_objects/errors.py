@@ -212,6 +212,20 @@ class MessageFailed(SolidObjectsError):
         self.error = error
 
 
+class ReplyFailed(SolidObjectsError):
+    """``Reply.value()`` of a request that did not complete: rejected, failed,
+    destroyed or timed out. ``reply`` is the whole :class:`~solid_objects.Reply`."""
+
+    def __init__(self, reply: Any) -> None:
+        error = reply.error or {}
+        super().__init__(
+            f"request {reply.request_id} to {reply.target_type} {reply.target_id!r} "
+            f"{reply.status}: {error.get('code') or error.get('type', '')} "
+            f"{error.get('message', '')}".rstrip()
+        )
+        self.reply = reply
+
+
 class MessageCancelled(SolidObjectsError):
     """The message was cancelled before it ran (``MessageReference.cancel()``)."""
 

@@ -14,6 +14,8 @@ Points (each also listed in :data:`POINTS`):
 - ``turn.executed``: the operation ran; before its commit transaction
 - ``commit.body``: inside the commit transaction, after the turns' writes
 - ``commit.committed``: the turn committed; before the caller is told
+- ``reply.body``: inside the commit of a request's turn, after its answer to the asker
+  was written (before commit)
 - ``promote.committed``: sent messages were moved into their mailboxes
 - ``effect.claimed``: an effect was claimed; before its handler runs
 - ``effect.handled``: the handler returned; before its outcome is recorded
@@ -35,6 +37,7 @@ POINTS = (
     "turn.executed",
     "commit.body",
     "commit.committed",
+    "reply.body",
     "promote.committed",
     "effect.claimed",
     "effect.handled",

@@ -12,6 +12,7 @@ configuration) mypy reads the operation off the actor class instead, for
   and what they return are all checked; a ``@query`` has no ``send``;
 - ``self.send_to(Cart, id).add`` and ``self.schedule(...).add``: a callable with the
   operation's parameters returning None (queries are refused there, as at run time);
+  ``self.request(Cart, id, reply_to=...).add`` the same, returning the request id (str);
 
 and reports a name that is not an operation of the class (unknown, private, state, a
 lifecycle hook) where the runtime would raise UnknownOperation. pyright has no plugins;
@@ -64,7 +65,10 @@ _REFS = {
 _STAGERS = {
     "solid_objects.actor._Scheduler": "a reminder",
     "solid_objects.actor._Outbound": "a message",
+    "solid_objects.actor._Request": "a request",
 }
+#: The stager whose staged call returns something: the request id.
+_REQUEST = "solid_objects.actor._Request"
 
 
 class SolidObjectsPlugin(Plugin):
@@ -199,7 +203,7 @@ def _staged_attribute(ctx: AttributeContext, owner: str, name: str) -> Type:
         parameters.arg_types,
         parameters.arg_kinds,
         parameters.arg_names,
-        NoneType(),
+        ctx.api.named_generic_type("builtins.str", []) if owner == _REQUEST else NoneType(),
         ctx.api.named_generic_type("builtins.function", []),
         variables=parameters.variables,
     )

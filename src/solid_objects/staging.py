@@ -10,6 +10,7 @@ committed.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +34,9 @@ from .writes import (
     StagedMessage,
     StagedProjection,
     StagedReminder,
+    reply_arguments,
+    reply_key,
+    reply_route,
 )
 
 __all__ = [
@@ -335,3 +339,84 @@ def send_to(
             delay_ms=0 if delay is None else _milliseconds(delay, "delay"),
         )
     )
+
+
+def request(
+    target: ActorDefinition,
+    actor_id: str,
+    operation: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    asker_id: str,
+    reply_to: str,
+    timeout: timedelta | float | None,
+    context: Any,
+) -> str:
+    """Stage a message whose outcome comes back to ``reply_to``; return the request id.
+
+    With a ``timeout``, a delayed ``timed_out`` reply to this actor is staged too, under
+    the request's reply key (:func:`~solid_objects.writes.reply_key`): whichever of the
+    answer and the timeout reaches the mailbox first is the one outcome delivered.
+    """
+    staged = current()
+    check_identifier(actor_id)
+    answer = staged.definition.operation(reply_to)
+    if answer is None or answer.is_query:
+        raise UnknownOperation(
+            f"{staged.definition.actor_type} has no operation {reply_to!r} to reply to"
+        )
+    if "reply" not in answer.names or answer.names - {"reply"}:
+        raise InvalidArguments(
+            f"reply_to operation {reply_to}() must take exactly one argument, reply: Reply"
+        )
+    op = target.operation(operation)
+    if op is None or op.is_query:
+        raise UnknownOperation(f"{target.actor_type} has no operation {operation!r}")
+    timeout_ms = None if timeout is None else _milliseconds(timeout, "timeout")
+    if timeout_ms is not None and timeout_ms < 1:
+        raise InvalidArguments("timeout must be positive (at least one millisecond)")
+    context_text = encode_json(context, what="request context", limit=_LIMIT)
+    arguments = op.encode_arguments(args, kwargs, limit=_LIMIT)
+    if len(staged.messages) + 2 > MAX_MESSAGES_PER_TURN:
+        raise PayloadTooLarge(f"a turn may send at most {MAX_MESSAGES_PER_TURN} messages")
+    request_id = staged.new_id()
+    route = reply_route(request_id, reply_to, _decoded(context_text))
+    staged.messages.append(
+        StagedMessage(
+            actor_type=target.actor_type,
+            actor_id=actor_id,
+            operation=operation,
+            arguments=arguments,
+            idempotency_key=None,
+            delay_ms=0,
+            reply=route,
+        )
+    )
+    if timeout_ms is not None:
+        staged.messages.append(
+            StagedMessage(
+                actor_type=staged.definition.actor_type,
+                actor_id=asker_id,
+                operation=reply_to,
+                arguments=reply_arguments(
+                    {"request_id": request_id, "context": _decoded(context_text)},
+                    status="timed_out",
+                    target_type=target.actor_type,
+                    target_id=actor_id,
+                    operation=operation,
+                    error=encode_json(
+                        {"type": "RequestTimedOut", "message": f"no answer in {timeout_ms} ms"},
+                        what="timeout",
+                        limit=_LIMIT,
+                    ),
+                ),
+                idempotency_key=reply_key(request_id),
+                delay_ms=timeout_ms,
+            )
+        )
+    return request_id
+
+
+def _decoded(text: str) -> Any:
+    return json.loads(text)

@@ -8,9 +8,10 @@ store reads of a turn's staging.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 #: Messages one turn may stage: the staging index is the low part of a message's
 #: ``send_order`` (``store.outbox``), so it must not reach the next turn's.
@@ -50,6 +51,51 @@ class StagedMessage:
     arguments: str
     idempotency_key: str | None
     delay_ms: int
+    #: A request's reply route (:func:`reply_route`): the outcome of this message goes
+    #: back to the sender's ``reply_to`` operation.
+    reply: str | None = None
+
+
+def reply_key(request_id: str) -> str:
+    """The idempotency key, in the asker's mailbox, of a request's one outcome.
+
+    The timeout and the answer share it: the timeout waits as a delayed message under
+    it, the answer takes that message over while it is still delayed (it then carries
+    the answer, due now) and is dropped once it has entered the mailbox."""
+    return f"reply:{request_id}"
+
+
+def reply_route(request_id: str, reply_to: str, context: Any) -> str:
+    """The stored route of a request (in its message's ``sender``)."""
+    return json.dumps(
+        {"request_id": request_id, "operation": reply_to, "context": context},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+def reply_arguments(
+    route: dict[str, Any],
+    *,
+    status: str,
+    target_type: str,
+    target_id: str,
+    operation: str,
+    result: str | None = None,
+    error: str | None = None,
+) -> str:
+    """The arguments of the reply message: ``{"reply": <Reply as JSON>}``."""
+    reply = {
+        "request_id": route["request_id"],
+        "status": status,
+        "target_type": target_type,
+        "target_id": target_id,
+        "operation": operation,
+        "result": None if result is None else json.loads(result),
+        "error": None if error is None else json.loads(error),
+        "context": route.get("context"),
+    }
+    return json.dumps({"reply": reply}, sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ import os
 import time
 from typing import Any
 
-from solid_objects import Actor, EffectContext, Runtime
+from solid_objects import Actor, EffectContext, Reply, Runtime
 
 #: Longest a turn waits on its gate file, so a forgotten gate never hangs a worker forever.
 GATE_LIMIT = 30.0
@@ -79,6 +79,21 @@ class AppendLog(Actor):
         if journal is not None:
             record(journal, "end", self.actor_id, item)
         return {"length": len(self.items), "pid": os.getpid()}
+
+
+class Asker(Actor):
+    """Requests an ``AppendLog`` of its own id; keeps every outcome it is given."""
+
+    replies: list[dict[str, Any]] = []
+
+    def ask(self, gate: str | None = None, journal: str | None = None) -> str:
+        return self.request(
+            AppendLog, self.actor_id, reply_to=self.answered, timeout=300, context="asked"
+        ).append(item=0, gate=gate, journal=journal)
+
+    def answered(self, reply: Reply) -> None:
+        outcome = {"id": reply.request_id, "status": reply.status}
+        self.replies.append({**outcome, **(reply.result or {})})
 
 
 class Welcome(Actor):
@@ -136,6 +151,7 @@ def build_runtime(**overrides: Any) -> Runtime:
     runtime = Runtime(url, **options)
     runtime.register(AppendLog)
     runtime.register(Tally)
+    runtime.register(Asker)
     runtime.register(Welcome)
     runtime.effect("deliver")(deliver)
     return runtime

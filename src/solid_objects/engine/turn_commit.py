@@ -10,10 +10,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from .. import faults
 from ..observability.events import log_fields
 from ..options import Options
 from ..registry import NamedHandlers
 from ..store import Committed, MessageRow, Store, Tx
+from ..store.rows import reply_route_of
 from .actions import run_actions
 from .activation import Activation
 from .turn import TurnOutcome, failure
@@ -89,6 +91,8 @@ class TurnCommit:
             direct=direct,
         )
         self._record_traceback(tx, act, message, outcome)
+        if reply_route_of(message.sender) is not None:
+            faults.point("reply.body")
         if act.definition is not None and act.definition.journaled:
             assert message.seq is not None
             self.store.journal.write(

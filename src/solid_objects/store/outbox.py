@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..cron import next_after
 from ..writes import MAX_MESSAGES_PER_TURN, CancelledReminder, TurnWrites
 from .dialect import Tx
-from .rows import encode_sender
+from .rows import encode_sender, request_sender
 
 if TYPE_CHECKING:
     from .projections import ProjectionStatements
@@ -212,7 +212,7 @@ class OutboxStatements:
                 delay_ms=m.delay_ms,
                 traceparent=traceparent,
                 send_order=source_seq * MAX_MESSAGES_PER_TURN + index,
-                sender=sender,
+                sender=sender if m.reply is None else request_sender(sender, m.reply),
             )
             for index, m in enumerate(staged.messages)
         ]

@@ -10,16 +10,17 @@ promoter enters them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .dialect import Dialect, Tx
 
 
 class PromotionStatements:
-    """Mixin: needs ``dialect`` and ``notify`` from the store."""
+    """Mixin: needs ``dialect``, ``notify`` and ``reply_destroyed`` from the store."""
 
     dialect: Dialect
     notify: Callable[[Tx, str], None]
+    reply_destroyed: Callable[[Tx, int, Sequence[str] | None], None]
 
     def due_scheduled(
         self, tx: Tx, *, now: int | None = None, limit: int = 100
@@ -114,6 +115,7 @@ class PromotionStatements:
             )
         ]
         if seq is None:  # sent while the incarnation was being destroyed
+            self.reply_destroyed(tx, pk, due)
             for message_id in due:
                 tx.run(
                     "UPDATE {messages} SET status = 'destroyed' WHERE id = :id", {"id": message_id}

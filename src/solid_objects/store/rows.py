@@ -145,6 +145,19 @@ def encode_sender(kind: str, **fields: str | None) -> str:
     return json.dumps({"kind": kind, **fields}, sort_keys=True, separators=(",", ":"))
 
 
+def request_sender(sender: str, route: str) -> str:
+    """The sender of a request: the asker, with the route its outcome goes back by."""
+    return sender[:-1] + ',"reply":' + route + "}"
+
+
+def reply_route_of(sender: str | None) -> dict[str, Any] | None:
+    """The reply route a request's sender carries (:func:`request_sender`), if any."""
+    if sender is None or '"reply":' not in sender:
+        return None
+    route: dict[str, Any] | None = json.loads(sender).get("reply")
+    return route
+
+
 MSG_COLS = (
     "id, actor_pk, actor_type, actor_id, seq, operation, arguments, idempotency_key, "
     "status, attempts, result, error, available_at, traceparent, created_at, sender"

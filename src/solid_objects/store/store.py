@@ -38,6 +38,7 @@ from .outbox import OutboxStatements
 from .processes import ProcessStatements
 from .projections import ProjectionStatements
 from .promotion import PromotionStatements
+from .replies import ReplyStatements
 from .retention import RetentionStatements
 from .rows import (
     MSG_COLS,
@@ -110,6 +111,7 @@ class Store(
     MailboxStatements,
     PromotionStatements,
     OutboxStatements,
+    ReplyStatements,
     AdminStatements,
     ControlStatements,
     IdleStatements,
@@ -700,6 +702,7 @@ class Store(
         )
         if pk is None:
             return False
+        self.reply_destroyed(tx, int(pk), None)
         tx.run(
             "UPDATE {messages} SET status = 'destroyed', completed_at = {now} "
             "WHERE actor_pk = :pk AND status IN ('scheduled', 'queued')",

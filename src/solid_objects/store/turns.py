@@ -19,7 +19,7 @@ from ..errors import LeaseLost
 from ..writes import StagedProjection, TurnWrites, nothing_but_projection
 from .dialect import Dialect, Tx
 from .notices import NoticeKey, done_hint, outcome_notice
-from .rows import MSG_COLS, Committed, Lease, MessageRow, message_row, new_id
+from .rows import MSG_COLS, Committed, Lease, MessageRow, message_row, new_id, reply_route_of
 
 if TYPE_CHECKING:
     from .projections import ProjectionStatements
@@ -37,6 +37,7 @@ class TurnStatements:
     head_message: Callable[[Tx, int, int], MessageRow | None]
     write_staged: Callable[..., list[MessageRow]]
     projections: ProjectionStatements
+    send_reply: Callable[..., MessageRow | None]
     _retrying: Callable[
         [Callable[[Tx], int], Callable[[Engine, Any], AbstractContextManager[Tx]]], int
     ]
@@ -94,7 +95,13 @@ class TurnStatements:
         fenced on the mailbox being empty, and the message row is inserted finished.
         """
         assert message.seq is not None
-        if not direct and self.dialect.writable_cte and nothing_but_projection(staged):
+        request = reply_route_of(message.sender) is not None
+        if (
+            not direct
+            and not request
+            and self.dialect.writable_cte
+            and nothing_but_projection(staged)
+        ):
             return self._finish_in_one(
                 tx,
                 lease,
@@ -187,6 +194,14 @@ class TurnStatements:
             for m, sent in zip(outbound, staged.messages if staged else [], strict=True)
             if m.status == "scheduled" and sent.delay_ms <= 0
         ]
+        reply = (
+            self.send_reply(tx, message, status=status, result=result, error=error)
+            if request
+            else None
+        )
+        if reply is not None:
+            outbound.append(reply)
+            due_now.append((reply.id, reply.actor_pk))
         return Committed(head, outbound, due_now)
 
     def _finish_in_one(
