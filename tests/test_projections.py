@@ -11,8 +11,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -29,11 +28,12 @@ from solid_objects.errors import (
     LeaseLost,
     MessageFailed,
 )
-from solid_objects.faults import SimulatedCrash, inject
+from solid_objects.faults import SimulatedCrash
 from solid_objects.store import Claimed
 from solid_objects.store.dialect import Tx
 
 from .conftest import FAST
+from .test_crash_points import crash_once_at
 
 
 class Till(Actor, auto_register=False):
@@ -364,19 +364,6 @@ def test_a_class_without_projections_has_no_projection_table(
     rt = make_runtime(workers=0, actors=[Plain])
     with pytest.raises(ConfigurationError, match="no @projection"):
         rt.projection_table(Plain)
-
-
-@contextmanager
-def crash_once_at(point: str) -> Iterator[list[str]]:
-    hit: list[str] = []
-
-    def hook(name: str) -> None:
-        if name == point and not hit:
-            hit.append(name)
-            raise SimulatedCrash(name)
-
-    with inject(hook):
-        yield hit
 
 
 @pytest.mark.parametrize(
