@@ -321,6 +321,37 @@ def test_state_columns_benchmark_measures_every_class(tmp_path: Path) -> None:
     assert cells["journaled"]["statements_per_call"] > cells["json"]["statements_per_call"]
 
 
+def test_request_benchmark_runs_both_shapes(tmp_path: Path) -> None:
+    """``bench_requests.py`` on SQLite, small: requests and plain sends both finish
+    their round trips, each with a rate and a statement count."""
+    out = tmp_path / "requests.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_requests.py"),
+            "--databases",
+            "sqlite",
+            "--askers",
+            "2",
+            "--rounds",
+            "3",
+            "--passes",
+            "1",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    (result,) = json.loads(out.read_text())
+    assert set(result["cells"]) == {"request", "sends"}
+    for cell in result["cells"].values():
+        assert positive(cell["round_trips_per_s"]) and positive(cell["statements_per_round_trip"])
+
+
 def test_quick_scaling_study_runs_every_study(tmp_path: Path) -> None:
     """``scaling.py --quick``: every study yields numbers and the drained counter is exact."""
     out = tmp_path / "scaling.json"
