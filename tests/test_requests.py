@@ -32,7 +32,7 @@ def ask(rt: Runtime, amount: int, timeout: float | None = None) -> str:
     return result
 
 
-class Vault(Actor):
+class Strongbox(Actor):
     balance: int = 10
 
     def withdraw(self, amount: int) -> int:
@@ -54,7 +54,7 @@ class Teller(Actor):
 
     def ask(self, amount: int, timeout: float | None = None) -> str:
         request_id = self.request(
-            Vault, "v", reply_to=self.on_funds, timeout=timeout, context={"amount": amount}
+            Strongbox, "v", reply_to=self.on_funds, timeout=timeout, context={"amount": amount}
         ).withdraw(amount=amount)
         self.asked.append(request_id)
         return request_id
@@ -69,16 +69,16 @@ class Teller(Actor):
         )
 
     def ask_to_explode(self) -> str:
-        return self.request(Vault, "v", reply_to=self.on_funds, context="boom").explode()
+        return self.request(Strongbox, "v", reply_to=self.on_funds, context="boom").explode()
 
     def bad_reply_to(self) -> None:
-        self.request(Vault, "v", reply_to="ask").withdraw(amount=1)
+        self.request(Strongbox, "v", reply_to="ask").withdraw(amount=1)
 
     def bad_target(self) -> None:
-        self.request(Vault, "v", reply_to=self.on_funds).nothing()
+        self.request(Strongbox, "v", reply_to=self.on_funds).nothing()
 
     def bad_timeout(self) -> None:
-        self.request(Vault, "v", reply_to=self.on_funds, timeout=0).withdraw(amount=1)
+        self.request(Strongbox, "v", reply_to=self.on_funds, timeout=0).withdraw(amount=1)
 
 
 def test_a_completed_request_replies_with_its_result_and_context(
@@ -90,7 +90,7 @@ def test_a_completed_request_replies_with_its_result_and_context(
     assert state["replies"] == [
         {"id": request_id, "status": "completed", "value": 7, "ctx": {"amount": 3}}
     ]
-    assert rt.ref(Vault, "v").snapshot()["balance"] == 7
+    assert rt.ref(Strongbox, "v").snapshot()["balance"] == 7
 
 
 def test_a_rejected_request_replies_with_the_rejection(
@@ -130,7 +130,7 @@ def test_a_bad_request_fails_the_turn_and_sends_nothing(
     with pytest.raises(MessageFailed) as failed:
         sent.result()
     assert failed.value.error["type"] == error.__name__
-    assert count_rows(rt, "messages", "actor_type = 'Vault'") == 0
+    assert count_rows(rt, "messages", "actor_type = 'Strongbox'") == 0
 
 
 def test_the_answer_before_the_timeout_is_the_one_outcome(
@@ -149,17 +149,17 @@ def test_the_timeout_before_the_answer_is_the_one_outcome(
     rt = make_runtime()
     rt.admin.set_policy(allow({"ops:*": "*"}))
     ops = rt.admin.as_principal("ops:test")
-    rt.ref(Vault, "v").lock.send()
+    rt.ref(Strongbox, "v").lock.send()
     rt.testing.drain()
-    ops.pause_actor("Vault", "v")  # the request waits in the vault's mailbox
+    ops.pause_actor("Strongbox", "v")  # the request waits in the vault's mailbox
     request_id = ask(rt, 2, timeout=30)
     rt.testing.run_due_reminders(datetime.now(UTC) + timedelta(minutes=5))
-    ops.resume_actor("Vault", "v")
+    ops.resume_actor("Strongbox", "v")
     rt.testing.drain()  # the vault answers now: too late, the answer is dropped
     replies = rt.ref(Teller, "t").snapshot()["replies"]
     assert [(r["id"], r["status"]) for r in replies] == [(request_id, "timed_out")]
     assert replies[0]["value"]["type"] == "RequestTimedOut"
-    assert rt.ref(Vault, "v").snapshot()["balance"] == 8  # the withdrawal itself ran
+    assert rt.ref(Strongbox, "v").snapshot()["balance"] == 8  # the withdrawal itself ran
     assert count_rows(rt, "messages", f"idempotency_key = 'reply:{request_id}'") == 1
     # The stored outcome is still the one delivered: the late answer rewrote nothing.
     outcome = f"idempotency_key = 'reply:{request_id}' AND status = 'completed'"
@@ -182,11 +182,11 @@ def test_a_request_to_a_destroyed_actor_replies_destroyed_once(
     rt = make_runtime()
     rt.admin.set_policy(allow({"ops:*": "*"}))
     ops = rt.admin.as_principal("ops:test")
-    rt.ref(Vault, "v").lock.send()
+    rt.ref(Strongbox, "v").lock.send()
     rt.testing.drain()
-    ops.pause_actor("Vault", "v")
+    ops.pause_actor("Strongbox", "v")
     request_id = ask(rt, 2, timeout=30)
-    assert rt.ref(Vault, "v").destroy()
+    assert rt.ref(Strongbox, "v").destroy()
     rt.testing.run_due_reminders(datetime.now(UTC) + timedelta(minutes=5))
     replies = rt.ref(Teller, "t").snapshot()["replies"]
     assert [(r["id"], r["status"]) for r in replies] == [(request_id, "destroyed")]
@@ -199,7 +199,7 @@ class Broker(Actor):
     pending: dict[str, str] = {}
 
     def quote(self, amount: int) -> None:
-        self.request(Vault, "c", reply_to=self.on_vault, context=amount).withdraw(amount=amount)
+        self.request(Strongbox, "c", reply_to=self.on_vault, context=amount).withdraw(amount=amount)
 
     def on_vault(self, reply: Reply) -> None:
         self.send_to(Desk, "a").done(note=f"{reply.status}:{reply.result}")
@@ -229,4 +229,4 @@ def test_a_chain_of_requests_answers_each_asker_once(
     notes = rt.ref(Desk, "a").snapshot()["notes"]
     # B's own turn completes first (A's answer), C's answer reaches A through B after.
     assert sorted(notes) == ["broker:completed:A", "vault:completed:6"]
-    assert rt.ref(Vault, "c").snapshot()["balance"] == 6
+    assert rt.ref(Strongbox, "c").snapshot()["balance"] == 6

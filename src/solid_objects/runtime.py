@@ -97,7 +97,8 @@ class Runtime:
                 "pooler": self.options.pooler,
             },
         )
-        #: The ``listen_url`` engine (LISTEN, session marks), if one is given.
+        #: The engine of ``listen_url``: LISTEN and the session mark go straight to the
+        #: server when the main engine goes through a transaction pooler; None without.
         self.direct_engine = listen_engine(self.options, self.store.dialect.family)
         self.store.session_engine = self.direct_engine
         self.registry = Registry(None if self.options.actors is not None else CATALOGUE)
@@ -456,6 +457,11 @@ class AsyncRuntime:
     @property
     def engine(self) -> Engine:
         return self.sync.engine
+
+    @property
+    def direct_engine(self) -> Engine | None:
+        """The engine of ``listen_url`` (LISTEN and the session mark), or None."""
+        return self.sync.direct_engine
 
     @property
     def store(self) -> Store:
