@@ -166,11 +166,11 @@ def test_defaults_trust_in_process_calls_and_deny_subscriptions(
         assert ref.count() == 1
         assert ref.destroy() is True
         with pytest.raises(Unauthorized, match="authorize_subscription"):
-            rt.kernel.client.authorize("subscription", "anyone", "Cart", "c")
+            rt.kernel.client.access.authorize("subscription", "anyone", "Cart", "c")
     allowing = make_runtime(authorize_subscription=lambda request: request.context == "ok")
-    allowing.kernel.client.authorize("subscription", "ok", "Cart", "c")
+    allowing.kernel.client.access.authorize("subscription", "ok", "Cart", "c")
     with pytest.raises(Unauthorized):
-        allowing.kernel.client.authorize("subscription", "no", "Cart", "c")
+        allowing.kernel.client.access.authorize("subscription", "no", "Cart", "c")
 
 
 def test_only_true_allows_and_a_failing_policy_denies(

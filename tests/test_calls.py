@@ -108,9 +108,9 @@ def test_waiting_for_a_message_still_queued_here_makes_no_read(
         assert _holding.wait(10)  # the worker holds the actor, busy with the first
         second = g.wait_for_gate.send()
         reads: list[str] = []
-        outcome = rt.kernel.client.outcome
+        outcome = rt.kernel.client.messages.outcome
         monkeypatch.setattr(
-            rt.kernel.client,
+            rt.kernel.client.messages,
             "outcome",
             lambda message_id: reads.append(message_id) or outcome(message_id),
         )

@@ -319,7 +319,7 @@ def test_a_nudge_that_arrives_before_the_enqueue_is_routed_is_not_lost(db_url: s
                 return
             (message_id,) = list(caller_rt.kernel.client.waiters._futures)
             wait_until(
-                lambda: caller_rt.kernel.client.outcome(message_id) is not None,
+                lambda: caller_rt.kernel.client.messages.outcome(message_id) is not None,
                 STEP,
                 "the worker runtime to finish the message",
             )

@@ -82,13 +82,13 @@ def pair(db_url: str) -> Any:
 
 def counted_reads(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     reads = [0]
-    poll = rt.kernel.client.poll_outcome
+    poll = rt.kernel.client.messages.poll_outcome
 
     def counted(message_id: str) -> Any:
         reads[0] += 1
         return poll(message_id)
 
-    monkeypatch.setattr(rt.kernel.client, "poll_outcome", counted)
+    monkeypatch.setattr(rt.kernel.client.messages, "poll_outcome", counted)
     return reads
 
 

@@ -144,13 +144,13 @@ def test_a_held_hint_wakes_only_the_owner_and_runs_its_turn(
 def reads_while_held(rt: Runtime, cluster: Cluster, actor_id: str) -> tuple[int, float]:
     """One call whose turn a worker process holds (a gate): row reads, seconds waited."""
     reads = [0]
-    poll = rt.kernel.client.poll_outcome
+    poll = rt.kernel.client.messages.poll_outcome
 
     def counted(message_id: str) -> Any:
         reads[0] += 1
         return poll(message_id)
 
-    rt.kernel.client.poll_outcome = counted  # type: ignore[method-assign]
+    rt.kernel.client.messages.poll_outcome = counted  # type: ignore[method-assign]
     log = rt.ref(AppendLog, actor_id)
     assert log.append(item=0)["length"] == 1  # a worker process holds it from now on
     reads[0] = 0
@@ -242,7 +242,7 @@ def test_a_caller_in_another_runtime_settles_on_the_notified_outcome(
         wait_until(caller_rt.kernel.listener.listening.is_set, STEP, "the caller to LISTEN")
         reads, resolved = [0], [0]
         client = caller_rt.kernel.client
-        poll, resolve = client.poll_outcome, client.waiters.resolve
+        poll, resolve = client.messages.poll_outcome, client.waiters.resolve
 
         def counted_poll(message_id: str) -> Any:
             reads[0] += 1
@@ -252,7 +252,7 @@ def test_a_caller_in_another_runtime_settles_on_the_notified_outcome(
             resolved[0] += 1
             resolve(message_id, outcome)
 
-        monkeypatch.setattr(caller_rt.kernel.client, "poll_outcome", counted_poll)
+        monkeypatch.setattr(caller_rt.kernel.client.messages, "poll_outcome", counted_poll)
         monkeypatch.setattr(caller_rt.kernel.client.waiters, "resolve", counted_resolve)
         ref = caller_rt.ref(OutcomeCarrier, "carried")
         assert [ref.add(n=1)["n"] for _ in range(10)] == list(range(1, 11))

@@ -259,7 +259,7 @@ class MessageReference(_Message["Runtime"], Generic[R_co]):
         """``scheduled``, ``queued``, ``completed``, ``rejected``, ``dead``, ``destroyed``
         or ``cancelled`` (``enqueueing``: a call of this process timed out before its
         enqueue committed)."""
-        return self._runtime.kernel.client.status(self)
+        return self._runtime.kernel.client.messages.status(self)
 
     def cancel(self) -> bool:
         """Cancel the message if it has not started: True when it ends ``cancelled``.
@@ -267,15 +267,15 @@ class MessageReference(_Message["Runtime"], Generic[R_co]):
         False when it finished, or may be running: a queued message of an actor a
         worker holds the lease of cannot be cancelled (pause the actor first).
         """
-        return self._runtime.kernel.client.cancel(self)
+        return self._runtime.kernel.client.messages.cancel(self)
 
     def result(self) -> R_co:
         """The committed result now; raises MessagePending if the message has not finished."""
-        return self._runtime.kernel.client.result(self)  # type: ignore[no-any-return]
+        return self._runtime.kernel.client.messages.result(self)  # type: ignore[no-any-return]
 
     def wait(self, timeout: float | None = None) -> R_co:
         """Wait for the committed result; CallTimeout keeps this reference usable."""
-        return self._runtime.kernel.client.wait(self, timeout)  # type: ignore[no-any-return]
+        return self._runtime.kernel.client.waiting.wait(self, timeout)  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         return f"<MessageReference {self.id} {self.actor_type}({self.actor_id!r}).{self.operation}>"

@@ -130,8 +130,8 @@ class Runtime:
             self.store, self.options.wakeup_url, self._notices, self.direct_engine
         )
         if self._listener is not None:
-            self._engine.notified = self._listener.listening.is_set
-            self._engine.listen_connection = self._listen_connection
+            self._engine.listening.notified = self._listener.listening.is_set
+            self._engine.listening.connection = self._listen_connection
         #: The internals the library's own parts share (``engine/kernel.py``).
         self.kernel = Kernel(self._engine, self._pool, self._listener, self._notices)
         self._closed = False
@@ -190,7 +190,7 @@ class Runtime:
     def install(self) -> None:
         """Create or upgrade the library's tables. Idempotent; safe from many processes."""
         self.store.install()
-        self._engine._schema_checked = True
+        self._engine.schema_installed()
         ambiguous = self.registry.ambiguous()
         for actor_type in self.registry.types():
             if actor_type not in ambiguous:
@@ -272,7 +272,7 @@ class Runtime:
     ) -> tuple[str, Operation, str, str]:
         """(id, operation, actor_type, actor_id) of a stored message of ``cls``."""
         definition = self.registry.register(cls)
-        row = self._engine.read_message(
+        row = self._engine.messages.read_message(
             message_id, definition.actor_type, None, None, authorization
         )
         return row.id, resolve_operation(definition, row.operation), row.actor_type, row.actor_id

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import UnknownOperation
 from ..staging import refuse_inside_turn
+from .messages import settle
 
 if TYPE_CHECKING:
     from ..ref import Call, MessageReference
@@ -60,8 +61,8 @@ def run(client: Client, call: Call, reference: Reference) -> Any:
     message = reference(call, client.start_call(*_start_arguments(call, deadline)))
     outcome = client.waiters.take(message.id)  # a direct turn: committed already
     if outcome is not None:
-        return client.settle(message, outcome)
-    return client.wait(message, call.options.timeout, deadline)
+        return settle(message, outcome)
+    return client.waiting.wait(message, call.options.timeout, deadline)
 
 
 async def run_async(client: Client, call: Call, reference: Reference, offload: Offload) -> Any:
@@ -73,8 +74,8 @@ async def run_async(client: Client, call: Call, reference: Reference, offload: O
     message = reference(call, await offload(client.start_call, *_start_arguments(call, deadline)))
     outcome = client.waiters.take(message.id)  # a direct turn: committed already
     if outcome is not None:
-        return client.settle(message, outcome)
-    return await client.wait_async(message, call.options.timeout, offload, deadline)
+        return settle(message, outcome)
+    return await client.waiting.wait_async(message, call.options.timeout, offload, deadline)
 
 
 def prepare_send(client: Client, call: Call) -> Call:

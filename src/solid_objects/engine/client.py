@@ -1,8 +1,9 @@
-"""The caller's side of the engine: authorize, enqueue, read outcomes, queries.
+"""The caller's side of the engine: enqueue, run a face's call, queries and snapshots.
 
 Both faces (``Ref`` and ``AsyncRef``) call these plain synchronous methods;
-the async face runs them in a thread pool. How a caller waits for an outcome
-(and what a timed-out call says) is :mod:`.waiting`, mixed into :class:`Client`.
+the async face runs them in a thread pool. Its parts live beside it: who may do what
+is :mod:`.access`, what a caller may learn about a sent message is :mod:`.messages`,
+how a caller waits for an outcome (and what a timed-out call says) is :mod:`.waiting`.
 """
 
 from __future__ import annotations
@@ -10,59 +11,44 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NoReturn, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from .. import deadline as call_deadline
 from .. import faults
-from ..authorization import (
-    TRUSTED_BY_DEFAULT,
-    AuthorizationRequest,
-    Kind,
-    answer,
-    option_name,
-    unwrap,
-)
-from ..codec import decode_json
 from ..definition import ActorDefinition, Operation
 from ..errors import (
-    ActorDestroyed,
     CallTimeout,
-    ConfigurationError,
     DatabaseError,
     IdempotencyConflict,
     InvalidArguments,
     InvalidState,
-    MessageCancelled,
-    MessageNotFound,
-    MessagePending,
     QueryMutatedState,
     RuntimeClosed,
     RuntimeNotStarted,
-    Unauthorized,
-    error_from_document,
 )
 from ..observability.events import IGNORE_ENQUEUE
 from ..options import Options
 from ..store import Enqueued, Store, Tx
-from ..store.store import TERMINAL, MessageRow, new_id
+from ..store.store import new_id
 from . import calls, external
+from .access import Access
+from .messages import InFlight, SentMessages
 from .outcomes import Outcome, Waiters
 from .snapshots import check_include, derived_values
 from .transactions import OpenTransactions
-from .waiting import Waiting
+from .waiting import Listening, Waiting
 from .worker import WorkerPool
 
 if TYPE_CHECKING:
-    from ..ref import Call, CallOptions, MessageReference
+    from ..ref import Call, CallOptions
 
 log = logging.getLogger("solid_objects.client")
+
 
 class _MessageFields(TypedDict):
     """The keyword arguments every store enqueue takes (see :meth:`Client._message_fields`)."""
@@ -89,7 +75,12 @@ def _queue_fields(options: CallOptions) -> _QueueFields:
     return _QueueFields(idempotency_key=options.idempotency_key, delay_ms=int(options.delay * 1000))
 
 
-class Client(Waiting):
+class Client:
+    """The engine's face to callers, composed of the parts each concern lives in:
+    ``access`` (the policies), ``messages`` (reads of sent messages), ``waiting`` (a
+    caller's wait for an outcome); the enqueue paths and reads of committed state are
+    here."""
+
     def __init__(self, store: Store, pool: WorkerPool, waiters: Waiters, options: Options) -> None:
         self.store = store
         self.pool = pool
@@ -99,115 +90,25 @@ class Client(Waiting):
         #: The runtime's lifecycle, for what a refused call says: new, running,
         #: stopped or closed.
         self.state = "new"
-        #: Messages whose enqueue (or direct turn's commit) this process started and that
-        #: has not ended yet: not in the database yet, but not lost either.
-        self._enqueueing: set[str] = set()
-        #: Those of them whose direct turn ran and whose commit outlived the deadline.
-        self._committing_direct: set[str] = set()
-        self._direct_lock = threading.Lock()
+        self.in_flight = InFlight()
         #: Who holds SQLite's write lock through a connection the library can see.
         self.transactions = OpenTransactions()
-        #: Whether finished messages are announced to this process right now (the
-        #: runtime's wake-up listener is connected): waiters then need not poll.
-        self.notified: Callable[[], bool] = lambda: False
-        #: Which connection of the wake-up listener is up (it counts them), None while
-        #: none is: a send remembers it, so a later wait knows no announcement was missed.
-        self.listen_connection: Callable[[], int | None] = lambda: None
+        #: Set by the runtime once its wake-up listener exists.
+        self.listening = Listening()
+        self.access = Access(options)
+        self.messages = SentMessages(store, options, self.access, self.in_flight)
+        self.waiting = Waiting(
+            store, pool, waiters, options, self.messages, self.in_flight, self.listening
+        )
 
     def ensure_schema(self) -> None:
         if not self._schema_checked:
             self.store.check_installed()
             self._schema_checked = True
 
-    # --- authorization ----------------------------------------------------------------
-
-    def authorize(
-        self,
-        kind: Kind,
-        context: Any,
-        actor_type: str,
-        actor_id: str,
-        operation: str | None = None,
-        arguments: str | None = None,
-        *,
-        message_id: str | None = None,
-        shown: str | None = None,
-    ) -> None:
-        """The one check every call passes, before it touches the database.
-
-        Raises Unauthorized unless the ``authorize_<kind>`` policy answers True (or
-        none is configured and the kind is trusted by default). ``arguments`` is the
-        call's encoded JSON, so the policy sees exactly what would be stored.
-        ``shown`` names the target in the error instead of the request (a read of a
-        stored message must not reveal whose it is).
-        """
-        policy = getattr(self.options, option_name(kind))
-        context, untrusted = unwrap(context)
-        if policy is None:
-            if kind in TRUSTED_BY_DEFAULT and not untrusted:
-                return
-            reason = f"no {option_name(kind)} policy is configured, and the default denies"
-            if untrusted:
-                reason = (
-                    f"no {option_name(kind)} policy is configured, and a ref built from "
-                    f"request data is denied by default: configure Runtime({option_name(kind)}"
-                    "=...) (docs/security.md), or opt in to allowing every caller with the "
-                    "integration's allow_all_callers=True (Django: SOLID_OBJECTS"
-                    "['ALLOW_ALL_CALLERS'])"
-                )
-        else:
-            decoded = decode_json(arguments) if arguments is not None else None
-            request = AuthorizationRequest(
-                kind,
-                context,
-                actor_type,
-                actor_id,
-                operation,
-                MappingProxyType(decoded if isinstance(decoded, dict) else {}),
-                message_id,
-            )
-            try:
-                verdict = answer(policy, request)
-            except ConfigurationError:
-                raise
-            except Exception as exc:  # a policy that fails denies
-                log.warning("the %s policy raised %r; denying", option_name(kind), exc)
-                verdict = exc
-            if verdict is True:
-                return
-            reason = f"the {option_name(kind)} policy does not allow it"
-        target = shown or f"{actor_type}({actor_id!r})" + (f".{operation}" if operation else "")
-        self._deny(kind, target, reason, actor_type)
-
-    def _authorized_arguments(
-        self,
-        definition: ActorDefinition,
-        actor_id: str,
-        operation: Operation,
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
-        options: CallOptions,
-    ) -> str:
-        """A message's arguments, encoded as they will be stored, once its policy allowed them."""
-        arguments = operation.encode_arguments(args, kwargs, limit=self.options.max_payload_bytes)
-        self.authorize(
-            "message",
-            options.authorization,
-            definition.actor_type,
-            actor_id,
-            operation.name,
-            arguments,
-        )
-        return arguments
-
-    def _deny(self, kind: Kind, target: str, reason: str, actor_type: str) -> NoReturn:
-        log.info(
-            "denied %s %s",
-            kind,
-            target,
-            extra={"solid_action": "call_denied", "actor_type": actor_type},
-        )
-        raise Unauthorized(f"{kind} {target} is not allowed: {reason}")
+    def schema_installed(self) -> None:
+        """The runtime just installed the tables: no need to check them."""
+        self._schema_checked = True
 
     # --- a face's call, run ------------------------------------------------------------
 
@@ -247,7 +148,7 @@ class Client(Waiting):
 
         With an idempotency key that was used before, the id is the earlier message's.
         """
-        arguments = self._authorized_arguments(
+        arguments = self.access.authorized_arguments(
             definition, actor_id, operation, args, kwargs, options
         )
         message_id = new_id()
@@ -255,7 +156,7 @@ class Client(Waiting):
             return self._send_in(definition, actor_id, operation, options, message_id, arguments)
         if register_waiter:
             self.waiters.register(message_id, enqueueing=True)
-        elif (connection := self.listen_connection()) is not None:
+        elif (connection := self.listening.connection()) is not None:
             self.waiters.sent(message_id, connection)  # its outcome's announcement is kept
         try:
             enqueued = self._keyed(
@@ -286,25 +187,11 @@ class Client(Waiting):
             conflict = exc
         else:
             if enqueued.existing:
-                self._may_read(enqueued.message, options.authorization)
+                self.access.may_read(enqueued.message, options.authorization)
             return enqueued
         # Outside the except: a refusal must not carry the conflict as its context.
-        self._may_read(existing, options.authorization)
+        self.access.may_read(existing, options.authorization)
         raise conflict
-
-    def _may_read(self, row: MessageRow, context: Any, shown: str | None = None) -> None:
-        """Refuse, revealing nothing, a caller the policy does not let read ``row``: it is
-        asked with the *stored* request, so holding an id or a key is never enough."""
-        self.authorize(
-            "message",
-            context,
-            row.actor_type,
-            row.actor_id,
-            row.operation,
-            row.arguments,
-            message_id=row.id,
-            shown=shown or f"the {row.actor_type} message under this idempotency key",
-        )
 
     def start_call(
         self,
@@ -366,9 +253,9 @@ class Client(Waiting):
             )
         message_id = new_id()
         future = self.waiters.register(message_id, enqueueing=True)
-        self._enqueueing.add(message_id)
+        self.in_flight.start(message_id)
         try:
-            arguments = self._authorized_arguments(
+            arguments = self.access.authorized_arguments(
                 definition, actor_id, operation, args, kwargs, options
             )
             observed = self.pool.instrument.enqueue(
@@ -377,17 +264,17 @@ class Client(Waiting):
             if options.delay <= 0 and self._run_here(
                 definition, actor_id, operation, arguments, message_id, future, observed, deadline
             ):
-                return message_id  # committed, or its commit ends later (_enqueueing)
+                return message_id  # committed, or its commit ends later (in_flight)
             enqueue = self._enqueue(
                 definition, actor_id, operation, options, message_id, arguments, observed
             )
         except BaseException:
-            self._enqueueing.discard(message_id)
+            self.in_flight.end(message_id)
             self.waiters.forget(message_id)
             raise
 
         def failed(done: Future[Enqueued]) -> None:
-            self._enqueueing.discard(message_id)
+            self.in_flight.end(message_id)
             exc = done.exception()
             if exc is not None and not future.done():
                 if isinstance(exc, DatabaseError):
@@ -579,11 +466,9 @@ class Client(Waiting):
                 return False
             message, outcome = ran
             if outcome is None:  # its commit outlived the deadline: wait() says so
-                with self._direct_lock:
-                    if message_id in self._enqueueing:
-                        self._committing_direct.add(message_id)
+                self.in_flight.outlived(message_id)
                 return True
-            self._enqueueing.discard(message_id)
+            self.in_flight.end(message_id)
             if observed is not IGNORE_ENQUEUE:
                 enqueued: Future[Enqueued] = Future()
                 enqueued.set_result(Enqueued(message, existing=False, claimed=None))
@@ -598,9 +483,7 @@ class Client(Waiting):
 
     def _direct_settled(self, message_id: str) -> None:
         """A direct turn's commit that outlived the caller's deadline ended."""
-        with self._direct_lock:
-            self._enqueueing.discard(message_id)
-            self._committing_direct.discard(message_id)
+        self.in_flight.end(message_id)
 
     def _route(self, done: Future[Enqueued]) -> None:
         """After the enqueue committed: hand the message to a local worker if we hold it."""
@@ -638,144 +521,6 @@ class Client(Waiting):
             "before calling, or create it with workers=0 if other processes run them"
         )
 
-    # --- outcomes ---------------------------------------------------------------------
-
-    def outcome(self, message_id: str) -> Outcome | None:
-        """The stored terminal outcome, or None while the message is pending."""
-        with self.store.read() as tx:
-            row = self.store.message(tx, message_id)
-        if row is None:
-            if message_id in self._enqueueing:
-                return None
-            raise MessageNotFound(f"no message {message_id!r} (never sent, or pruned)")
-        if row.status not in TERMINAL:
-            return None
-        return Outcome(row.status, row.result, row.error)
-
-    def poll_outcome(self, message_id: str) -> Outcome | None:
-        """:meth:`outcome` for a waiting caller: a failed read is retried, not raised.
-
-        The message is durable; a dropped connection or a restarting server must not
-        turn a call that will complete into an error. The deadline still applies.
-        """
-        try:
-            return self.outcome(message_id)
-        except (DatabaseError, SQLAlchemyError) as exc:
-            log.debug("reading message %s failed (%r); will retry", message_id, exc)
-            return None
-
-    def read_message(
-        self,
-        message_id: str,
-        actor_type: str,
-        actor_id: str | None,
-        operation: str | None,
-        context: Any,
-    ) -> MessageRow:
-        """The stored message a reference names, once it is shown to be the caller's to read.
-
-        The reference's actor type (and actor id and operation, when it claims them)
-        must match the stored request, and ``authorize_message`` is asked again with
-        the stored operation and arguments: holding a message id is not enough to read
-        another actor's outcome. With a policy configured, a missing message is refused
-        exactly like one the caller may not read, so ids cannot be probed.
-        """
-        with self.store.read() as tx:
-            row = self.store.message(tx, message_id)
-        shown = f"{message_id!r} of {actor_type}"
-        matches = (
-            row is not None
-            and row.actor_type == actor_type
-            and actor_id in (None, row.actor_id)
-            and operation in (None, row.operation)
-        )
-        if row is None or not matches:
-            guarded = self.options.authorize_message is not None
-            if guarded:  # asked as for a stored message, so the time taken tells nothing
-                self._ask_anyway(context, actor_type, actor_id, operation, message_id)
-            if not guarded and (row is None or (actor_id is None and row.actor_type != actor_type)):
-                raise MessageNotFound(f"no {actor_type} message {message_id!r}")
-            reason = (
-                "the authorize_message policy does not allow it"
-                if guarded
-                else "the reference does not match the stored message"
-            )
-            self._deny("message", shown, reason, actor_type)
-        self._may_read(row, context, shown)
-        return row
-
-    def _ask_anyway(
-        self,
-        context: Any,
-        actor_type: str,
-        actor_id: str | None,
-        operation: str | None,
-        message_id: str,
-    ) -> None:
-        """Ask ``authorize_message`` about a message that is not there, and ignore the
-        answer: a missing id costs the policy's time like a refused one."""
-        policy = self.options.authorize_message
-        if policy is None:
-            return
-        request = AuthorizationRequest(
-            "message", unwrap(context)[0], actor_type, actor_id or "", operation, {}, message_id
-        )
-        try:
-            answer(policy, request)
-        except Exception:  # a policy that fails denies; the caller is refused anyway
-            pass
-
-    def checked(self, message: MessageReference[Any]) -> MessageRow:
-        """:meth:`read_message` for a reference, with the context it carries."""
-        return self.read_message(
-            message.id,
-            message.actor_type,
-            message.actor_id,
-            message.operation,
-            message.authorization,
-        )
-
-    def status(self, message: MessageReference[Any]) -> str:
-        try:
-            return self.checked(message).status
-        except MessageNotFound:
-            if message.id in self._enqueueing:  # a timed-out call's enqueue, still open
-                return "enqueueing"
-            raise
-
-    def cancel(self, message: MessageReference[Any]) -> bool:
-        """Cancel a message that has not started (see ``Store.cancel``)."""
-        self.checked(message)
-        return self.cancel_id(message.id)
-
-    def cancel_id(self, message_id: str) -> bool:
-        done = self.store.transact(lambda tx: self.store.cancel(tx, message_id))
-        if done is None:
-            raise MessageNotFound(f"no message {message_id}")
-        return done[1]
-
-    @staticmethod
-    def settle(message: MessageReference[Any], outcome: Outcome) -> Any:
-        """The value a caller gets for a terminal outcome, or the exception it raises."""
-        if outcome.status == "completed":
-            return message._operation.decode_result(outcome.result)
-        if outcome.status == "cancelled":
-            raise MessageCancelled(f"message {message.id} was cancelled before it ran")
-        if outcome.status == "destroyed":
-            raise ActorDestroyed(
-                f"{message.actor_type} {message.actor_id!r} was destroyed before message "
-                f"{message.id} ran"
-            )
-        document = decode_json(outcome.error) or {}
-        raise error_from_document(message.id, document, rejected=outcome.status == "rejected")
-
-    def result(self, message: MessageReference[Any]) -> Any:
-        row = self.checked(message)
-        outcome = Outcome(row.status, row.result, row.error) if row.status in TERMINAL else None
-        if outcome is None:
-            raise MessagePending(f"message {message.id} has not finished; use wait()")
-        return self.settle(message, outcome)
-
     # --- reads of committed state -----------------------------------------------------
 
     def load_state(self, definition: ActorDefinition, actor_id: str) -> dict[str, Any]:
@@ -795,13 +540,11 @@ class Client(Waiting):
         include: Iterable[str] = (),
     ) -> dict[str, Any]:
         names = check_include(definition, include)
-        self.authorize("query", context, definition.actor_type, actor_id)
+        self.access.authorize("query", context, definition.actor_type, actor_id)
         state = self.load_state(definition, actor_id)
         shown: dict[str, Any] = definition.state.dump_python(state, mode="json")
         if names:
-            shown.update(
-                derived_values(self, definition, actor_id, state, names, context=context)
-            )
+            shown.update(derived_values(self, definition, actor_id, state, names, context=context))
         return shown
 
     def query(
@@ -816,7 +559,9 @@ class Client(Waiting):
     ) -> Any:
         """Run a ``@query`` on a throwaway instance holding the committed state."""
         encoded = operation.encode_arguments(args, kwargs, limit=self.options.max_payload_bytes)
-        self.authorize("query", context, definition.actor_type, actor_id, operation.name, encoded)
+        self.access.authorize(
+            "query", context, definition.actor_type, actor_id, operation.name, encoded
+        )
         arguments = operation.decode_arguments(encoded)
         state = self.load_state(definition, actor_id)
         instance = definition.instantiate(actor_id, state)
@@ -841,7 +586,7 @@ class Client(Waiting):
     def destroy(self, definition: ActorDefinition, actor_id: str, *, context: Any = None) -> bool:
         """Checked before the actor is looked up: denied, a missing and an existing
         actor look the same."""
-        self.authorize("destroy", context, definition.actor_type, actor_id)
+        self.access.authorize("destroy", context, definition.actor_type, actor_id)
         self.ensure_schema()
         observed = definition.observables is not None
         destroyed = self.store.transact(

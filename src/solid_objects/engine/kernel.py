@@ -143,4 +143,4 @@ class AsyncKernel:
 
     async def wait(self, message: Any, timeout: float | None) -> Any:
         """Wait for a message's outcome without blocking the event loop."""
-        return await self.client.wait_async(message, timeout, self._offload)
+        return await self.client.waiting.wait_async(message, timeout, self._offload)

@@ -115,7 +115,7 @@ def find(
     items = []
     for actor_id, values in rows:
         try:
-            client.authorize("query", context, definition.actor_type, actor_id)
+            client.access.authorize("query", context, definition.actor_type, actor_id)
         except Unauthorized:
             continue
         items.append(Found(actor_id, values))

@@ -1,6 +1,6 @@
 """How a caller waits for its message's outcome, and what it says when it times out.
 
-:class:`Waiting` is mixed into :class:`~solid_objects.engine.client.Client`: the wait
+:class:`Waiting` is a part of :class:`~solid_objects.engine.client.Client`: the wait
 loops of both faces (one blocking, one awaiting) and the diagnosis a
 :class:`~solid_objects.errors.CallTimeout` carries. A caller whose message runs in this
 process is woken by the worker through :class:`Waiters` as soon as the turn commits;
@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -21,7 +22,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..errors import CallTimeout, DatabaseError
 from ..options import Options
 from ..store import Store
-from ..store.store import TERMINAL, MessageRow
+from ..store.store import TERMINAL
+from .messages import InFlight, SentMessages, settle
 from .outcomes import NUDGE, Outcome, Waiters
 from .presence import SERVE_ADVICE
 from .worker import WorkerPool
@@ -79,31 +81,54 @@ class _Poll:
         return True
 
 
-class Waiting:
-    """Mixin: needs the client's store, pool, waiters, options, ``notified`` and the
-    messages it is still enqueueing, and its ``checked``, ``settle`` and ``poll_outcome``."""
+@dataclass
+class Listening:
+    """What the runtime's wake-up listener tells waiters, set once it is connected.
 
-    store: Store
-    pool: WorkerPool
-    waiters: Waiters
-    options: Options
-    notified: Callable[[], bool]
-    listen_connection: Callable[[], int | None]
-    _enqueueing: set[str]
-    _committing_direct: set[str]
-    checked: Callable[[MessageReference[Any]], MessageRow]
-    settle: Callable[[MessageReference[Any], Outcome], Any]
-    poll_outcome: Callable[[str], Outcome | None]
+    ``notified``: whether finished messages are announced to this process right now (the
+    listener is connected), so waiters need not poll. ``connection``: which connection of
+    the listener is up (it counts them), None while none is; a send remembers it, so a
+    later wait knows no announcement was missed.
+    """
+
+    notified: Callable[[], bool] = lambda: False
+    connection: Callable[[], int | None] = lambda: None
+
+
+class Waiting:
+    """A caller's wait for the outcome of a message, on either face.
+
+    ``notified`` and ``listen_connection`` are asked each time: the runtime connects its
+    wake-up listener after the client is built.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        pool: WorkerPool,
+        waiters: Waiters,
+        options: Options,
+        messages: SentMessages,
+        in_flight: InFlight,
+        listening: Listening,
+    ) -> None:
+        self.store = store
+        self.pool = pool
+        self.waiters = waiters
+        self.options = options
+        self.messages = messages
+        self.in_flight = in_flight
+        self.listening = listening
 
     def wait(
         self, message: MessageReference[Any], timeout: float | None, deadline: float | None = None
     ) -> Any:
         """Wait for the outcome until ``deadline`` (default: ``timeout`` from now)."""
         if not message.verified:
-            self.checked(message)
+            self.messages.checked(message)
         limit = self.options.call_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit if deadline is None else deadline
-        adopted = self.waiters.adopt(message.id, self.listen_connection())
+        adopted = self.waiters.adopt(message.id, self.listening.connection())
         late = adopted is None  # not registered before its enqueue, nor remembered
         future: Future[Outcome] = adopted or self.waiters.register(message.id)
         self._mark_if_local(message)
@@ -111,7 +136,7 @@ class Waiting:
             self.waiters,
             message.id,
             read_first=self._may_be_done(message, late),
-            notified=self.notified,
+            notified=self.listening.notified,
         )
         try:
             while True:
@@ -120,7 +145,7 @@ class Waiting:
                 try:
                     outcome = future.result(max(0.0, min(poll.delay, remaining)))
                     if outcome is not NUDGE:
-                        return self.settle(message, outcome)
+                        return settle(message, outcome)
                     nudged = True
                     future = self.waiters.register(message.id)
                 except FutureTimeout:
@@ -129,9 +154,9 @@ class Waiting:
                         raise failed from failed.__cause__
 
                 if nudged or poll.should_read():
-                    stored = self.poll_outcome(message.id)
+                    stored = self.messages.poll_outcome(message.id)
                     if stored is not None:
-                        return self.settle(message, stored)
+                        return settle(message, stored)
                 if remaining <= 0:
                     raise CallTimeout(self.diagnose(message.id, limit), message)
         finally:
@@ -146,10 +171,10 @@ class Waiting:
     ) -> Any:
         """The asyncio wait: the same loop, awaiting instead of blocking."""
         if not message.verified:
-            await run(self.checked, message)
+            await run(self.messages.checked, message)
         limit = self.options.call_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit if deadline is None else deadline
-        adopted = self.waiters.adopt(message.id, self.listen_connection())
+        adopted = self.waiters.adopt(message.id, self.listening.connection())
         late = adopted is None  # not registered before its enqueue, nor remembered
         future = asyncio.wrap_future(adopted or self.waiters.register(message.id))
         self._mark_if_local(message)
@@ -157,7 +182,7 @@ class Waiting:
             self.waiters,
             message.id,
             read_first=self._may_be_done(message, late),
-            notified=self.notified,
+            notified=self.listening.notified,
         )
         try:
             while True:
@@ -166,13 +191,13 @@ class Waiting:
                 nudged = False
                 if done:
                     if future.result() is not NUDGE:
-                        return self.settle(message, future.result())
+                        return settle(message, future.result())
                     nudged = True  # another process finished it: read the row now
                     future = asyncio.wrap_future(self.waiters.register(message.id))
                 if nudged or poll.should_read():
-                    outcome = await run(self.poll_outcome, message.id)
+                    outcome = await run(self.messages.poll_outcome, message.id)
                     if outcome is not None:
-                        return self.settle(message, outcome)
+                        return settle(message, outcome)
                 if remaining <= 0:
                     raise CallTimeout(await run(self.diagnose, message.id, limit), message)
         finally:
@@ -202,7 +227,7 @@ class Waiting:
         head = f"message {message_id} did not finish within {waited:g}s"
         # Said of a transaction still open at the deadline, which may commit a moment
         # later (before the caller reads this): never "has not committed".
-        if message_id in self._committing_direct:
+        if self.in_flight.committing_direct(message_id):
             return (
                 f"{head}: its turn ran in the caller's thread (a direct turn) past the "
                 "deadline, and the transaction that stores the message with its outcome "
@@ -211,7 +236,7 @@ class Waiting:
                 "transaction is open, then the outcome; MessageNotFound if it never "
                 "committed)"
             )
-        if message_id in self._enqueueing:
+        if self.in_flight.enqueueing(message_id):
             return (
                 f"{head}: the transaction that enqueues it had not committed when the "
                 "deadline passed (the database is busy, or another transaction holds a "

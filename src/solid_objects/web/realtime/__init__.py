@@ -93,9 +93,9 @@ class _Realtime:
         committed state of ``head`` (in a thread)."""
         from ...codec import encode_json
 
-        engine = self.faces.sync.kernel.client
+        access = self.faces.sync.kernel.client.access
         actor_type, actor_id = sub.key
-        engine.authorize("query", sub.session.context, actor_type, actor_id, name, "{}")
+        access.authorize("query", sub.session.context, actor_type, actor_id, name, "{}")
         definition = sub.definition
         state = definition.load_state(head.state, head.state_version)
         instance = definition.instantiate(actor_id, state)

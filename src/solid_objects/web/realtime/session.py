@@ -212,7 +212,7 @@ class Session:
             return
         try:  # before anything is looked up: a denied subscriber learns nothing
             await self.app.faces.call(
-                self.app.faces.sync.kernel.client.authorize,
+                self.app.faces.sync.kernel.client.access.authorize,
                 "subscription",
                 self.context,
                 actor_type,
