@@ -2,7 +2,7 @@
 
 An AST check over ``src/``: no module but ``runtime.py`` reads an underscore
 attribute that ``Runtime`` or ``AsyncRuntime`` defines (``runtime.kernel.pool``,
-``ref._runtime._engine``, ``faces.sync._listener``, ...). Those are the runtime's
+``ref._runtime._client``, ``faces.sync._listener``, ...). Those are the runtime's
 own; the kernel (``engine/kernel.py``) is the seam the others use.
 """
 
@@ -50,7 +50,7 @@ def reaches(source: str, where: str, private: set[str]) -> list[str]:
 
 def test_the_runtime_defines_the_private_names_this_check_looks_for() -> None:
     private = private_names_of_the_runtime()
-    assert {"_pool", "_engine", "_listener", "_notices", "_run"} <= private
+    assert {"_pool", "_client", "_listener", "_notices", "_run"} <= private
 
 
 def test_no_module_reaches_into_the_runtime_s_private_attributes() -> None:

@@ -119,21 +119,21 @@ class Runtime:
         )
         event.listen(self.engine, "before_cursor_execute", _refuse_inside_turn)
         self.guard(self.engine)  # migrations and commit actions, too
-        self._engine = Client(self.store, self._pool, self._waiters, self.options)
+        self._client = Client(self.store, self._pool, self._waiters, self.options)
         # A call from a thread holding SQLite's write lock is refused (SyncInsideTransaction).
-        self._engine.transactions.watch(self.engine)
+        self._client.transactions.watch(self.engine)
         if isinstance(database, Engine):
-            self._engine.transactions.watch(database)
+            self._client.transactions.watch(database)
         #: What a wake-up from another process does here (``engine/notices.py``).
         self._notices = NoticeDispatch(self.store.notice_key, self._waiters, self._pool)
         self._listener = listener_for(
             self.store, self.options.wakeup_url, self._notices, self.direct_engine
         )
         if self._listener is not None:
-            self._engine.listening.notified = self._listener.listening.is_set
-            self._engine.listening.connection = self._listen_connection
+            self._client.listening.notified = self._listener.listening.is_set
+            self._client.listening.connection = self._listen_connection
         #: The internals the library's own parts share (``engine/kernel.py``).
-        self.kernel = Kernel(self._engine, self._pool, self._listener, self._notices)
+        self.kernel = Kernel(self._client, self._pool, self._listener, self._notices)
         self._closed = False
         #: Serializes start/stop/close, so a close() during run() waits for nothing twice.
         self._lifecycle = threading.RLock()
@@ -177,7 +177,7 @@ class Runtime:
         ``authorize_query`` allows reading it (``authorization`` is the context).
         """
         return find_by_projection(
-            self._engine,
+            self._client,
             definition_of(cls),
             where,
             limit=limit,
@@ -190,7 +190,7 @@ class Runtime:
     def install(self) -> None:
         """Create or upgrade the library's tables. Idempotent; safe from many processes."""
         self.store.install()
-        self._engine.schema_installed()
+        self._client.schema_installed()
         ambiguous = self.registry.ambiguous()
         for actor_type in self.registry.types():
             if actor_type not in ambiguous:
@@ -272,7 +272,7 @@ class Runtime:
     ) -> tuple[str, Operation, str, str]:
         """(id, operation, actor_type, actor_id) of a stored message of ``cls``."""
         definition = self.registry.register(cls)
-        row = self._engine.messages.read_message(
+        row = self._client.messages.read_message(
             message_id, definition.actor_type, None, None, authorization
         )
         return row.id, resolve_operation(definition, row.operation), row.actor_type, row.actor_id
@@ -305,7 +305,7 @@ class Runtime:
         there for its result, so the finder raises for it. ``contrib.django`` installs
         one for ``transaction.atomic()`` blocks on the runtime's database.
         """
-        self._engine.transactions.enlist_with(finder)
+        self._client.transactions.enlist_with(finder)
 
     # --- diagnosis ----------------------------------------------------------------------
 
@@ -331,9 +331,9 @@ class Runtime:
         before starts again (a web framework runs its lifespan once per test client).
         """
         with self._lifecycle:
-            self._engine.ensure_schema()
+            self._client.ensure_schema()
             self._closed = False
-            self._engine.state = "running"
+            self._client.state = "running"
             if self._listener is not None:
                 self._listener.start()
             if self.options.workers > 0:
@@ -352,7 +352,7 @@ class Runtime:
             if self._listener is not None:
                 self._listener.stop()
             if not self._closed:
-                self._engine.state = "stopped"
+                self._client.state = "stopped"
 
     def _listen_connection(self) -> int | None:
         """Which listener connection is up (None: none), see ``Waiters.sent``."""
@@ -409,7 +409,7 @@ class Runtime:
                 return
             self.stop()
             self._closed = True
-            self._engine.state = "closed"
+            self._client.state = "closed"
             self.store.close()
             self.engine.dispose()
             if self.direct_engine is not None:
