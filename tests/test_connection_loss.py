@@ -130,7 +130,7 @@ def test_a_pooled_connection_the_server_closed_while_idle_is_replaced_unseen(
         ref = rt.ref(Account, "idle")
         ref.credit.send()
         assert ref.snapshot() == {"credits": 0}
-        time.sleep(1.5)  # longer than store.dialect.PING_AFTER_IDLE
+        time.sleep(1.5)  # longer than store.dialect.pool.PING_AFTER_IDLE
         assert kill_connections(admin, backend, name, database) > 0
         for _ in range(3):
             assert ref.snapshot() == {"credits": 0}

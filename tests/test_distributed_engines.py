@@ -25,7 +25,7 @@ import pytest
 from solid_objects import Runtime
 from solid_objects.errors import ConfigurationError
 from solid_objects.store import store as store_module
-from solid_objects.store.dialect import CockroachDBDialect, PostgreSQLDialect
+from solid_objects.store.dialect.postgresql import CockroachDBDialect, PostgreSQLDialect
 from solid_objects.store.schema import SCHEMA_VERSION
 
 from .conftest import FAST, fresh_database

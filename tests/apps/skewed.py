@@ -56,7 +56,7 @@ def plant_local_clock() -> None:
     wall clock instead of the database's, as a library timing leases locally would."""
     from sqlalchemy import Engine, event
 
-    from solid_objects.store import dialect
+    from solid_objects.store.dialect import sqlite as dialect
 
     configure = dialect.SQLiteDialect.configure
 
