@@ -26,7 +26,7 @@ from ..store import Committed, MessageRow, Store, Tx
 from ..store.rows import scheduled_message
 from ..writes import nothing_but_projection
 from .activation import Activation
-from .commits_apart import DB_ERRORS
+from .batch_commit import DB_ERRORS, refused
 from .turn import TurnOutcome
 from .turn_commit import TurnCommit
 
@@ -61,7 +61,6 @@ class DirectTurns:
 
         def _drop(self, act: Activation, *, release: bool = False) -> None: ...
 
-        def _refused(self, act: Activation, outcome: TurnOutcome, error: Exception) -> None: ...
 
         def deliver(self, due: list[tuple[str, int]]) -> None: ...
 
@@ -223,7 +222,7 @@ class DirectTurns:
                 and not self.store.unavailable(exc)
                 and not getattr(exc, "commit_unknown", False)  # recording could run it twice
             ):
-                self._refused(act, outcome, exc)
+                refused(self.options, act, outcome, exc)
                 recorded = _ran(lambda: self.store.transact(body, isolated=False))
                 return self._settle_direct(act, message, outcome, turn, started, recorded, waiting)
             self.instrument.committed(turn, None, started)

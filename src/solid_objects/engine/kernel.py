@@ -95,8 +95,7 @@ class Kernel:
 
     def instrument(self, instrumentation: Instrumentation) -> None:
         """Send the engine's events (turns, effects, processes) to ``instrumentation``."""
-        self.pool.instrument = instrumentation
-        self.pool.effects.instrument = instrumentation
+        self.pool.instrument_with(instrumentation)
 
     # --- broadcasts and notices ----------------------------------------------------------
 

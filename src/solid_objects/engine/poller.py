@@ -23,7 +23,7 @@ from .. import faults
 from ..errors import DatabaseError
 from ..store import Claimed, MessageRow, Tx
 from ..store.store import ReadyActor, new_id
-from .commits_apart import DB_ERRORS
+from .batch_commit import DB_ERRORS
 from .retention import RetentionSchedule
 
 if TYPE_CHECKING:

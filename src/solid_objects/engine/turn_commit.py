@@ -2,7 +2,7 @@
 
 A worker commits the turns of several actors in one transaction (``worker``), a
 direct turn commits in the caller's thread (``direct``), a failed batch commits its
-turns one by one (``commits_apart``); each writes every turn the same way, here.
+turns one by one (``batch_commit``); each writes every turn the same way, here.
 """
 
 from __future__ import annotations

@@ -22,15 +22,14 @@ from collections import deque
 from collections.abc import Callable
 
 from .. import faults
-from ..errors import LeaseLost
 from ..observability.events import Instrumentation, log_fields, reminder_changes
 from ..options import Options
 from ..registry import NamedHandlers, Registry
 from ..reminders import CommittedReminder
 from ..store import Claimed, Committed, Enqueued, MessageRow, Store, Tx
 from .activation import Activation
+from .batch_commit import DB_ERRORS, BatchCommit, last_error
 from .capability import Capability
-from .commits_apart import DB_ERRORS, CommitsApart, Turn, last_error
 from .direct import DirectTurns
 from .effects import EffectRunner
 from .lifecycle import activate, deactivate
@@ -57,7 +56,7 @@ _BATCH_BUDGET = 0.005
 __all__ = ["DB_ERRORS", "WorkerPool"]
 
 
-class WorkerPool(DirectTurns, CommitsApart):
+class WorkerPool(DirectTurns):
     def __init__(
         self,
         store: Store,
@@ -87,8 +86,6 @@ class WorkerPool(DirectTurns, CommitsApart):
         self.running = False
         #: Idle activations put back on the run queue by :meth:`signal` (for the poller).
         self.woken = 0
-        #: Commits that failed in a row: the backoff after a failed commit grows with it.
-        self._commit_failures = 0
         #: Worker threads waiting for work in ``_take``.
         self._idle_workers = 0
         #: (actor type, operation) -> a decaying maximum of its turns' run time (s).
@@ -103,6 +100,9 @@ class WorkerPool(DirectTurns, CommitsApart):
             awaited=waiters.has,
             traceparent=lambda key: self.instrument.traceparent(key),
         )
+        self.batch_commit = BatchCommit(
+            store, options, self.turn_commit, self.instrument, self._drop
+        )
         self.capability = Capability(store, registry, options)
         #: Projection tables made ready before a turn of their type runs here.
         self.projections = ProjectionKeeper(store)
@@ -111,6 +111,12 @@ class WorkerPool(DirectTurns, CommitsApart):
         #: Called with (actor_type, actor_id) after a commit that wrote a broadcast row
         #: (the realtime endpoints of this process); see :meth:`broadcasted`.
         self.broadcast_listeners: list[Callable[[str, str], None]] = []
+
+    def instrument_with(self, instrumentation: Instrumentation) -> None:
+        """Send this pool's events (turns, commits, effects) to ``instrumentation``."""
+        self.instrument = instrumentation
+        self.effects.instrument = instrumentation
+        self.batch_commit.instrument = instrumentation
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -249,7 +255,7 @@ class WorkerPool(DirectTurns, CommitsApart):
 
     def turn_in_flight(self, pk: int) -> bool:
         """Whether a turn of actor ``pk`` is in flight here: even once its lease has
-        expired, that turn's commit settles it (see ``CommitsApart._record_overrun``)."""
+        expired, that turn's commit settles it (see ``BatchCommit._record_overrun``)."""
         with self._cond:
             act = self._activations.get(pk)
             return act is not None and act.status == "running"
@@ -779,37 +785,11 @@ class WorkerPool(DirectTurns, CommitsApart):
                 if read:
                     act.check_mailbox = False
 
-        started = time.perf_counter()
-        try:
-            results = self.store.transact(self._turns_body(pending, read_next), isolated=False)
-        except DB_ERRORS as exc:
-            results = self._commit_apart(pending, read_next, exc, started)
-        else:
-            self._commit_failures = 0
-            faults.point("commit.committed")
-            self.instrument.committed(pending, results, started)
+        results = self.batch_commit.commit(pending, read_next)
         for (act, _, _), committed in zip(pending, results, strict=True):
             if committed is None:
                 self._drop(act)
         return results
-
-    def _turns_body(
-        self, pending: list[Turn], read_next: list[bool]
-    ) -> Callable[[Tx], list[Committed | None]]:
-        def body(tx: Tx) -> list[Committed | None]:
-            results: list[Committed | None] = []
-            for (act, message, outcome), read in zip(pending, read_next, strict=True):
-                try:
-                    results.append(self.turn_commit.write(tx, act, message, outcome, read))
-                except LeaseLost as exc:
-                    fields = log_fields(message, act.head_attempt)
-                    log.warning("%s", exc, extra={"solid_action": "lease_lost", **fields})
-                    self._record_overrun(tx, act, message)
-                    results.append(None)
-            faults.point("commit.body")
-            return results
-
-        return body
 
     # --- testing ----------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
-"""When a batched commit of turns fails: charge the failure to its own turn alone.
+"""A worker's commit of turns, and when it fails: charge the failure to its own turn alone.
 
-A worker commits the turns of many actors in one transaction (see ``worker``). If
+A worker commits the turns of many actors in one transaction (:class:`BatchCommit`). If
 that transaction fails, the turns are committed again apart, so that one turn the
 database refuses (a constraint, an application's trigger, a value that does not fit)
 never fails or holds up the others, and the refused turn follows the failure path
@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from .. import faults
 from ..codec import canonical_json, decode_json
 from ..errors import DatabaseError, LeaseLost, error_document
 from ..observability.events import Instrumentation, log_fields
@@ -25,6 +25,7 @@ from ..store import Committed, MessageRow, Store, Tx
 from ..tracebacks import format_traceback
 from .activation import Activation
 from .turn import TurnOutcome, failure
+from .turn_commit import TurnCommit
 
 log = logging.getLogger("solid_objects.worker")
 
@@ -34,22 +35,56 @@ DB_ERRORS = (SQLAlchemyError, DatabaseError)
 Turn = tuple[Activation, MessageRow, TurnOutcome]
 
 
-class CommitsApart:
-    """The failure path of ``WorkerPool._commit`` (a mixin of ``WorkerPool``)."""
+class BatchCommit:
+    """A worker's commit of several turns: all in one transaction, and apart when that
+    fails. ``drop`` forgets an activation (``release``: and gives its lease back)."""
 
-    store: Store
-    options: Options
-    instrument: Instrumentation
-    #: Commits that failed in a row: the backoff after a failed commit grows with it.
-    _commit_failures: int
+    def __init__(
+        self,
+        store: Store,
+        options: Options,
+        turn_commit: TurnCommit,
+        instrument: Instrumentation,
+        drop: Callable[..., None],
+    ) -> None:
+        self.store = store
+        self.options = options
+        self.turn_commit = turn_commit
+        self.instrument = instrument
+        self._drop = drop
+        #: Commits that failed in a row: the backoff after a failed commit grows with it.
+        self._commit_failures = 0
 
-    if TYPE_CHECKING:
+    def commit(self, pending: list[Turn], read_next: list[bool]) -> list[Committed | None]:
+        """Commit ``pending`` (sorted in the lock order) in one transaction, or apart if
+        that fails; None for each turn whose lease was lost or that could not commit."""
+        started = time.perf_counter()
+        try:
+            results = self.store.transact(self._turns_body(pending, read_next), isolated=False)
+        except DB_ERRORS as exc:
+            return self._commit_apart(pending, read_next, exc, started)
+        self._commit_failures = 0
+        faults.point("commit.committed")
+        self.instrument.committed(pending, results, started)
+        return results
 
-        def _drop(self, act: Activation, *, release: bool = False) -> None: ...
+    def _turns_body(
+        self, pending: list[Turn], read_next: list[bool]
+    ) -> Callable[[Tx], list[Committed | None]]:
+        def body(tx: Tx) -> list[Committed | None]:
+            results: list[Committed | None] = []
+            for (act, message, outcome), read in zip(pending, read_next, strict=True):
+                try:
+                    results.append(self.turn_commit.write(tx, act, message, outcome, read))
+                except LeaseLost as exc:
+                    fields = log_fields(message, act.head_attempt)
+                    log.warning("%s", exc, extra={"solid_action": "lease_lost", **fields})
+                    self._record_overrun(tx, act, message)
+                    results.append(None)
+            faults.point("commit.body")
+            return results
 
-        def _turns_body(
-            self, pending: list[Turn], read_next: list[bool]
-        ) -> Callable[[Tx], list[Committed | None]]: ...
+        return body
 
     def _commit_apart(
         self, pending: list[Turn], read_next: list[bool], error: Exception, started: float
@@ -155,25 +190,13 @@ class CommitsApart:
             exc_info=error,
             extra={"solid_action": "commit_refused", **log_fields(message, act.head_attempt)},
         )
-        self._refused(act, outcome, error)
+        refused(self.options, act, outcome, error)
         unrecorded = self._commit_part(pending, read_next, [failed], results, started)
         if unrecorded is None and failed != group[-1]:
             # The rest of the chain built on the refused turn: run it again later, from
             # committed state, and let the lease go so that nothing waits for it.
             self._drop(act, release=True)
         return unrecorded
-
-    def _refused(self, act: Activation, outcome: TurnOutcome, error: Exception) -> None:
-        """Turn ``outcome`` into the failure of a commit the database refused: an attempt
-        used up, retried with backoff, then a dead letter, nothing staged written."""
-        refused = failure(
-            DatabaseError(f"the database refused the turn's commit: {error}"), deterministic=False
-        )
-        if act.head_attempt >= self.options.max_attempts:
-            refused.kind = "dead"
-        outcome.kind, outcome.error, outcome.staged = refused.kind, refused.error, None
-        outcome.state = outcome.result = None
-        outcome.traceback = format_traceback(error)
 
     def _record_overrun(self, tx: Tx, act: Activation, message: MessageRow) -> None:
         """A turn's commit was refused by its fence: if its lease merely expired, the
@@ -216,6 +239,19 @@ class CommitsApart:
                 delay,
                 extra={"solid_action": "lease_overrun", **log_fields(message, act.head_attempt)},
             )
+
+
+def refused(options: Options, act: Activation, outcome: TurnOutcome, error: Exception) -> None:
+    """Turn ``outcome`` into the failure of a commit the database refused: an attempt
+    used up, retried with backoff, then a dead letter, nothing staged written."""
+    failed = failure(
+        DatabaseError(f"the database refused the turn's commit: {error}"), deterministic=False
+    )
+    if act.head_attempt >= options.max_attempts:
+        failed.kind = "dead"
+    outcome.kind, outcome.error, outcome.staged = failed.kind, failed.error, None
+    outcome.state = outcome.result = None
+    outcome.traceback = format_traceback(error)
 
 
 def last_error(message: MessageRow) -> str | None:
