@@ -12,6 +12,7 @@ instead, so server tests can never be skipped silently.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.pool import NullPool
 
 from solid_objects import Runtime
 from solid_objects.pytest_plugin import fresh_database as plugin_fresh_database
@@ -59,6 +62,55 @@ CLUSTER_VARIABLES = {
     "test_patroni.py": "SOLID_TEST_PATRONI_URL",
 }
 collect_ignore = [module for module, var in CLUSTER_VARIABLES.items() if not os.environ.get(var)]
+
+#: ``scripts/galera contract``: the MariaDB tests run on the Galera cluster, with
+#: ``SOLID_TEST_MYSQL_URL`` naming its first node and ``SOLID_TEST_GALERA_CONTRACT`` all
+#: three; each runtime a test creates there goes to the next node in turn, so a test of
+#: several runtimes has writers on several nodes.
+GALERA_NODES = [u for u in os.environ.get("SOLID_TEST_GALERA_CONTRACT", "").split(",") if u]
+_next_node = itertools.count()
+
+
+def _wait_for_database(url: URL) -> None:
+    """A database made on one node reaches the others a moment later (its DDL is applied
+    by each node in turn): a runtime on another node waits until it is there."""
+    import time
+
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url.set(database="mysql"), poolclass=NullPool)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with engine.connect() as conn:
+                found = conn.execute(text("SHOW DATABASES LIKE :n"), {"n": url.database}).first()
+            if found is not None or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(autouse=True)
+def runtimes_on_every_galera_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``scripts/galera contract``, spread this test's runtimes over the nodes."""
+    if not GALERA_NODES:
+        return
+    import solid_objects.runtime as runtime_module
+
+    first = make_url(GALERA_NODES[0])
+    build = runtime_module.library_engine
+
+    def on_the_next_node(database: Any, options: Any) -> Any:
+        if isinstance(database, str | URL):
+            url = make_url(database)
+            if (url.host, url.port) == (first.host, first.port):
+                node = make_url(GALERA_NODES[next(_next_node) % len(GALERA_NODES)])
+                database = url.set(host=node.host, port=node.port)
+                _wait_for_database(database)
+        return build(database, options)
+
+    monkeypatch.setattr(runtime_module, "library_engine", on_the_next_node)
 
 
 @pytest.fixture(params=BACKENDS)

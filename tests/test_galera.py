@@ -8,6 +8,8 @@ collected only when ``SOLID_TEST_GALERA_URLS`` names its three nodes::
         python -m pytest -q -s tests/test_galera.py
     scripts/galera stop
 
+- six runtimes, two per node, install at once: all succeed (the install lock is a
+  node's own, so the losers of the race run again);
 - one runtime per node, 200 calls to one hot identity from 12 threads: 0 failed
   (Galera's certification failures, error 1213 at COMMIT, are run again), each
   applied once at the position it returned, each thread's calls in order;
@@ -59,6 +61,36 @@ def node_urls(tmp_path: Path) -> Iterator[list[str]]:
 
 def galera(*args: str) -> None:
     subprocess.run([str(SCRIPT), *args], check=True, timeout=300)
+
+
+@pytest.mark.timeout(300)
+def test_installs_through_every_node_at_once_all_succeed(node_urls: list[str]) -> None:
+    """``GET_LOCK`` serializes installs on one node only: through three nodes at once they
+    race (a table created twice, the version row inserted twice), and the losers run
+    again until they find the winner's work."""
+    runtimes = [Runtime(url, **OPTIONS) for url in node_urls * 2]
+    start = threading.Barrier(len(runtimes))
+    failures: list[BaseException] = []
+
+    def install(rt: Runtime) -> None:
+        start.wait()
+        try:
+            rt.install()
+        except BaseException as exc:
+            failures.append(exc)
+
+    try:
+        threads = [threading.Thread(target=install, args=(rt,)) for rt in runtimes]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=240)
+        assert failures == []
+        with runtimes[0]:  # and the schema works
+            assert runtimes[0].ref(SerialLedger, "installed").add(1) == 1
+    finally:
+        for rt in runtimes:
+            rt.close()
 
 
 @pytest.mark.timeout(900)

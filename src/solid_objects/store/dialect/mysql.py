@@ -43,6 +43,17 @@ class MySQLDialect(Dialect):
         args: tuple[Any, ...] = tuple(getattr(error, "args", ()))
         return bool(args) and args[0] == 1205  # ER_LOCK_WAIT_TIMEOUT
 
+    #: ``GET_LOCK`` serializes installs on one server, but a Galera node's lock is its
+    #: own: installs through two nodes race, and the loser runs again (``Store.install``).
+    install_retries = 10
+
+    def lost_install_race(self, error: BaseException | None) -> bool:
+        # Table exists, duplicate column, duplicate key name, duplicate entry (the
+        # version row), a table skipped while another DDL changes it, a certification
+        # conflict with the other node's DDL, or a statement it aborted (brute force).
+        args: tuple[Any, ...] = tuple(getattr(error, "args", ()))
+        return bool(args) and args[0] in (1050, 1060, 1061, 1062, 1684, 1213, 1317)
+
     def bound_lock_wait(self, cursor: Any, *, in_transaction: bool) -> Callable[[], None] | None:
         # Whole seconds only: the bound is the call's remaining time rounded up.
         left = self.call_lock_wait()
