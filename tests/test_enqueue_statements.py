@@ -11,6 +11,7 @@ per database are pinned, so a regression to more statements fails.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -390,3 +391,51 @@ def test_a_free_lease_behind_an_earlier_head_is_claimed_with_that_head(
     assert (done.claimed.done_seq, done.claimed.attempt) == (1, 3)
     with rt.store.read() as tx:
         assert rt.store.load_claimed(tx, done.claimed.lease) == done.claimed
+
+
+@contextmanager
+def transactions_seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, bool]]]:
+    """(first word, whether its connection was in autocommit) of each statement this
+    thread runs (a worker's and the poller's are not the send's)."""
+    seen: list[tuple[str, bool]] = []
+    me = threading.get_ident()
+    for name in ("run", "row", "rows"):
+        original = getattr(Tx, name)
+
+        def wrapper(self: Tx, template: str, *args: Any, _original: Any = original) -> Any:
+            if threading.get_ident() == me:
+                autocommit = getattr(self.connection.driver_connection, "autocommit", False)
+                seen.append((template.split()[0].upper(), bool(autocommit)))
+            return _original(self, template, *args)
+
+        monkeypatch.setattr(Tx, name, wrapper)
+    yield seen
+    monkeypatch.undo()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_lone_send_is_one_statement_in_autocommit(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``BEGIN`` and ``COMMIT`` round trips around the one statement: a send that runs
+    alone (no other enqueue in flight) costs one round trip, from a caller-only process
+    and to an actor this process holds; keyed and delayed sends keep their transaction."""
+    caller = make_runtime(workers=0)
+    caller.register(EnqueueCounted)
+    caller.ref(EnqueueCounted, "a").add.send()  # the actor row exists from here on
+    with transactions_seen(monkeypatch) as seen:
+        caller.ref(EnqueueCounted, "a").add.send()
+    assert seen == [("WITH", True)]
+
+    worker = make_runtime(workers=1)
+    worker.register(EnqueueCounted)
+    with worker:
+        assert worker.ref(EnqueueCounted, "held").add() == 1  # held by this process now
+        with transactions_seen(monkeypatch) as seen:
+            message = worker.ref(EnqueueCounted, "held").add.send()
+        assert seen == [("WITH", True)]
+        assert message.wait(timeout=10) == 2
+
+    with transactions_seen(monkeypatch) as seen:
+        caller.ref(EnqueueCounted, "a").add.with_options(idempotency_key="k").send()
+    assert seen and all(not autocommit for _, autocommit in seen), seen

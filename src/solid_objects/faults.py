@@ -8,7 +8,9 @@ as under SIGSTOP), and the test then checks the contract with a fresh runtime.
 
 Points (each also listed in :data:`POINTS`):
 
-- ``enqueue.body``: inside the enqueue transaction, after its writes (before commit)
+- ``enqueue.body``: inside the enqueue transaction, after its writes (before commit);
+  for an enqueue that is one autocommit statement (PostgreSQL), just before it: a crash
+  at either writes nothing
 - ``enqueue.committed``: the enqueue committed; before it is routed to a worker
 - ``claim.committed``: a claim transaction committed; before the activation runs
 - ``turn.executed``: the operation ran; before its commit transaction

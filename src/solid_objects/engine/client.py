@@ -390,10 +390,32 @@ class Client:
             faults.point("enqueue.body")
             return enqueued
 
+        one_statement = None
+        if self.store.dialect.writable_cte and options.idempotency_key is None:
+            if options.delay <= 0:
+
+                def one_statement(tx: Tx) -> Enqueued | None:
+                    # Its own transaction: a crash just before it, as one inside a
+                    # transaction after its writes, leaves nothing written.
+                    faults.point("enqueue.body")
+                    return self.store.enqueue_in_one_statement(
+                        tx,
+                        **fields,
+                        held=held,
+                        claim_for=self.pool.owner if claim else None,
+                        lease_ms=self.options.lease_ms,
+                    )
+
         # Every enqueue may share a transaction with others made meanwhile, to any actor
-        # (the servers' group commit, ``EnqueueBatcher``): the key orders the batch.
+        # (the servers' group commit, ``EnqueueBatcher``): the key orders the batch. One
+        # that runs alone is one autocommit statement where it can be (PostgreSQL).
         future = self._resolved(
-            self.store.transact_future(body, isolated=False, key=(definition.actor_type, actor_id)),
+            self.store.transact_future(
+                body,
+                isolated=False,
+                key=(definition.actor_type, actor_id),
+                one_statement=one_statement,
+            ),
             message_id,
         )
         future.add_done_callback(observed)

@@ -142,7 +142,9 @@ class Store(
             if self.dialect.group_commit
             else None
         )
-        self._batcher = EnqueueBatcher(self.transact)
+        self._batcher = EnqueueBatcher(
+            self.transact, statement=self._statement if self.dialect.writable_cte else None
+        )
         #: Projection tables: their DDL and the upsert a turn's commit runs.
         self.projections = ProjectionStatements(engine, self.dialect, prefix)
         #: The per-turn journal of classes that ask for one.
@@ -190,6 +192,15 @@ class Store(
         publish()
         return result
 
+    def _statement(self, body: Callable[[Tx], T]) -> T:
+        """Run ``body``, one writing statement, as its own transaction (autocommit)."""
+        if self.publish is None:
+            return self._retrying(body, self.dialect.statement)
+        run, publish = self._publishing(body)
+        result = self._retrying(run, self.dialect.statement)
+        publish()
+        return result
+
     def _commit(self, body: Callable[[Tx], T], isolated: bool) -> T:
         if self._writer is not None:
             return self._writer.submit(body, isolated=isolated).result()
@@ -227,7 +238,12 @@ class Store(
         return self.dialect.is_unavailable(getattr(error, "orig", None))
 
     def transact_future(
-        self, body: Callable[[Tx], T], *, isolated: bool = True, key: Any = None
+        self,
+        body: Callable[[Tx], T],
+        *,
+        isolated: bool = True,
+        key: Any = None,
+        one_statement: Callable[[Tx], T | None] | None = None,
     ) -> Future[T]:
         """Like :meth:`transact`, without waiting: the future completes after the commit.
 
@@ -235,10 +251,12 @@ class Store(
         servers (no group-commit thread) the body runs now, in this thread; bodies given
         a ``key`` (an enqueue: ``(actor_type, actor_id)``, the actor row it locks) that
         arrive while another keyed one is in flight share the next transaction, run in
-        the order of their keys (``writer.EnqueueBatcher``).
+        the order of their keys (``writer.EnqueueBatcher``). ``one_statement``: the same
+        work as one statement, run as its own transaction when the body runs alone (it
+        returns None when it wrote nothing; the body then runs in a transaction).
         """
         if key is not None and self._writer is None:
-            return self._batcher.submit(key, body)
+            return self._batcher.submit(key, body, one_statement)
         if self._writer is not None:
             if self.publish is None:
                 return self._writer.submit(body, isolated=isolated)
