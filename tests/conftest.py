@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -161,3 +162,28 @@ def db_now(runtime: Runtime) -> int:
     """The database clock in epoch milliseconds."""
     with runtime.store.read() as tx:
         return runtime.store.now(tx)
+
+
+@contextmanager
+def statements_seen(
+    monkeypatch: pytest.MonkeyPatch, *, this_thread: bool = True
+) -> Iterator[list[tuple[str, bool]]]:
+    """(first word, whether its connection was in autocommit) of each statement run
+    through the library's ``Tx`` meanwhile: by this thread only (a worker's and the
+    poller's are not a send's), or by every thread."""
+    from solid_objects.store import Tx
+
+    seen: list[tuple[str, bool]] = []
+    me = threading.get_ident()
+    for name in ("run", "row", "rows"):
+        original = getattr(Tx, name)
+
+        def wrapper(self: Tx, template: str, *args: Any, _original: Any = original) -> Any:
+            if not this_thread or threading.get_ident() == me:
+                autocommit = getattr(self.connection.driver_connection, "autocommit", False)
+                seen.append((template.split()[0].upper(), bool(autocommit)))
+            return _original(self, template, *args)
+
+        monkeypatch.setattr(Tx, name, wrapper)
+    yield seen
+    monkeypatch.undo()

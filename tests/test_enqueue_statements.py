@@ -11,7 +11,6 @@ per database are pinned, so a regression to more statements fails.
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,7 +25,7 @@ from solid_objects.store import Enqueued, MessageRow, Store, Tx, mailbox
 from solid_objects.store.notices import held_hint, parse_message_hint
 from solid_objects.store.rows import new_id
 
-from .conftest import BACKENDS, count_rows
+from .conftest import BACKENDS, count_rows, statements_seen
 
 
 class EnqueueCounted(Actor):
@@ -393,26 +392,6 @@ def test_a_free_lease_behind_an_earlier_head_is_claimed_with_that_head(
         assert rt.store.load_claimed(tx, done.claimed.lease) == done.claimed
 
 
-@contextmanager
-def transactions_seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, bool]]]:
-    """(first word, whether its connection was in autocommit) of each statement this
-    thread runs (a worker's and the poller's are not the send's)."""
-    seen: list[tuple[str, bool]] = []
-    me = threading.get_ident()
-    for name in ("run", "row", "rows"):
-        original = getattr(Tx, name)
-
-        def wrapper(self: Tx, template: str, *args: Any, _original: Any = original) -> Any:
-            if threading.get_ident() == me:
-                autocommit = getattr(self.connection.driver_connection, "autocommit", False)
-                seen.append((template.split()[0].upper(), bool(autocommit)))
-            return _original(self, template, *args)
-
-        monkeypatch.setattr(Tx, name, wrapper)
-    yield seen
-    monkeypatch.undo()
-
-
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 def test_a_lone_send_is_one_statement_in_autocommit(
     make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
@@ -423,7 +402,7 @@ def test_a_lone_send_is_one_statement_in_autocommit(
     caller = make_runtime(workers=0)
     caller.register(EnqueueCounted)
     caller.ref(EnqueueCounted, "a").add.send()  # the actor row exists from here on
-    with transactions_seen(monkeypatch) as seen:
+    with statements_seen(monkeypatch) as seen:
         caller.ref(EnqueueCounted, "a").add.send()
     assert seen == [("WITH", True)]
 
@@ -431,11 +410,11 @@ def test_a_lone_send_is_one_statement_in_autocommit(
     worker.register(EnqueueCounted)
     with worker:
         assert worker.ref(EnqueueCounted, "held").add() == 1  # held by this process now
-        with transactions_seen(monkeypatch) as seen:
+        with statements_seen(monkeypatch) as seen:
             message = worker.ref(EnqueueCounted, "held").add.send()
         assert seen == [("WITH", True)]
         assert message.wait(timeout=10) == 2
 
-    with transactions_seen(monkeypatch) as seen:
+    with statements_seen(monkeypatch) as seen:
         caller.ref(EnqueueCounted, "a").add.with_options(idempotency_key="k").send()
     assert seen and all(not autocommit for _, autocommit in seen), seen

@@ -27,7 +27,7 @@ from solid_objects.store import Claimed, Store
 from solid_objects.store.dialect import Tx
 from solid_objects.store.notices import outcome_notice
 from solid_objects.store.rows import Committed, new_id
-from tests.conftest import BACKENDS, count_rows
+from tests.conftest import BACKENDS, count_rows, statements_seen
 from tests.test_processes import STEP, wait_until
 from tests.test_server_faults import lock_waiters
 
@@ -398,3 +398,24 @@ def test_an_older_activation_of_the_same_process_cannot_record_a_retry(
             )
         )
     assert_untouched_then_runs_once(rt, sent, before, newer, False)
+
+
+@pytest.mark.parametrize("backend", POSTGRESQL, indirect=True)
+def test_a_worker_commits_a_lone_turn_as_one_statement_in_autocommit(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's commit of one turn that staged nothing is its one statement, its own
+    transaction: no ``BEGIN`` and ``COMMIT`` round trips. A turn that staged an effect
+    keeps its transaction."""
+    rt = make_runtime(workers=0)
+    rt.register(OneStatementTally)
+    rt.ref(OneStatementTally, "lone").add.send()
+    with statements_seen(monkeypatch) as seen:
+        assert rt.testing.drain() == 1
+    commits = [autocommit for word, autocommit in seen if word == "WITH"]
+    assert commits == [True], seen
+    rt.ref(OneStatementTally, "lone").add.send(effect=True)
+    with statements_seen(monkeypatch) as seen:
+        assert rt.testing.drain() == 1
+    assert seen and not any(autocommit for word, autocommit in seen if word != "SELECT"), seen
+    assert rt.ref(OneStatementTally, "lone").snapshot()["n"] == 2

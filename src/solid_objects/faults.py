@@ -14,7 +14,8 @@ Points (each also listed in :data:`POINTS`):
 - ``enqueue.committed``: the enqueue committed; before it is routed to a worker
 - ``claim.committed``: a claim transaction committed; before the activation runs
 - ``turn.executed``: the operation ran; before its commit transaction
-- ``commit.body``: inside the commit transaction, after the turns' writes
+- ``commit.body``: inside the commit transaction, after the turns' writes; for a lone
+  turn whose commit is one autocommit statement (PostgreSQL), just before it
 - ``commit.committed``: the turn committed; before the caller is told
 - ``reply.body``: inside the commit of a request's turn, after its answer to the asker
   was written (before commit)

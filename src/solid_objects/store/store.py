@@ -143,7 +143,7 @@ class Store(
             else None
         )
         self._batcher = EnqueueBatcher(
-            self.transact, statement=self._statement if self.dialect.writable_cte else None
+            self.transact, statement=self.run_statement if self.dialect.writable_cte else None
         )
         #: Projection tables: their DDL and the upsert a turn's commit runs.
         self.projections = ProjectionStatements(engine, self.dialect, prefix)
@@ -192,8 +192,10 @@ class Store(
         publish()
         return result
 
-    def _statement(self, body: Callable[[Tx], T]) -> T:
-        """Run ``body``, one writing statement, as its own transaction (autocommit)."""
+    def run_statement(self, body: Callable[[Tx], T]) -> T:
+        """Run ``body``, one writing statement, as its own transaction (autocommit): one
+        round trip where a transaction costs three (PostgreSQL, ``writable_cte``). Only
+        for bodies whose one write is atomic alone; reads after it see it committed."""
         if self.publish is None:
             return self._retrying(body, self.dialect.statement)
         run, publish = self._publishing(body)

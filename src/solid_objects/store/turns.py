@@ -95,13 +95,7 @@ class TurnStatements:
         fenced on the mailbox being empty, and the message row is inserted finished.
         """
         assert message.seq is not None
-        request = reply_route_of(message.sender) is not None
-        if (
-            not direct
-            and not request
-            and self.dialect.writable_cte
-            and nothing_but_projection(staged)
-        ):
+        if self.finishes_in_one(message, staged, direct=direct):
             return self._finish_in_one(
                 tx,
                 lease,
@@ -196,13 +190,26 @@ class TurnStatements:
         ]
         reply = (
             self.send_reply(tx, message, status=status, result=result, error=error)
-            if request
+            if reply_route_of(message.sender) is not None
             else None
         )
         if reply is not None:
             outbound.append(reply)
             due_now.append((reply.id, reply.actor_pk))
         return Committed(head, outbound, due_now)
+
+    def finishes_in_one(
+        self, message: MessageRow, staged: TurnWrites | None, *, direct: bool = False
+    ) -> bool:
+        """Whether :meth:`finish_turn` of this turn is one statement (``_finish_in_one``):
+        it staged nothing but its projection row, answers no request, and the database
+        has data-modifying ``WITH``."""
+        return (
+            not direct
+            and reply_route_of(message.sender) is None
+            and self.dialect.writable_cte
+            and nothing_but_projection(staged)
+        )
 
     def _finish_in_one(
         self,
