@@ -24,7 +24,6 @@ from ..observability.events import Instrumentation
 from ..options import Options
 from ..store import Committed, MessageRow, Store, Tx
 from ..store.rows import scheduled_message
-from ..writes import nothing_but_projection
 from .activation import Activation
 from .batch_commit import DB_ERRORS, refused
 from .turn import TurnOutcome
@@ -126,13 +125,7 @@ class DirectTurns:
             return committed
 
         started = time.perf_counter()
-        if (
-            nothing_but_projection(outcome.staged)
-            and not (act.definition is not None and act.definition.journaled)
-            and outcome.kind != "retry"
-            and outcome.traceback is None
-            and self.store.dialect.writable_cte
-        ):
+        if self.turn_commit.is_one_statement(act, message, outcome, direct=True):
 
             def finish() -> Committed:
                 self.store.finish_direct(

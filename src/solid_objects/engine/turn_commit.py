@@ -42,18 +42,21 @@ class TurnCommit:
         #: The trace context the turn's staged work carries (the current instrumentation).
         self.traceparent = traceparent
 
-    def is_one_statement(self, act: Activation, message: MessageRow, outcome: TurnOutcome) -> bool:
-        """Whether :meth:`write` of this turn is one writing statement (then it may be its
-        own transaction): finished with nothing staged but its projection row, no
-        traceback to keep or clear, no journal entry (``Store.finishes_in_one``)."""
+    def is_one_statement(
+        self, act: Activation, message: MessageRow, outcome: TurnOutcome, *, direct: bool = False
+    ) -> bool:
+        """Whether this turn's commit is one writing statement (then it may be its own
+        transaction): finished with nothing staged but its projection row, no traceback
+        to keep or clear, no journal entry (``Store.finishes_in_one``). A ``direct``
+        turn's is ``Store.finish_direct``."""
         if outcome.kind == "retry" or outcome.traceback is not None:
             return False
         if act.head_attempt > 1 and outcome.kind in ("completed", "rejected"):
             return False  # an earlier attempt's traceback is cleared: a second statement
         if act.definition is not None and act.definition.journaled:
             return False
-        staged = outcome.staged if outcome.kind == "completed" else None
-        return self.store.finishes_in_one(message, staged)
+        staged = outcome.staged if direct or outcome.kind == "completed" else None
+        return self.store.finishes_in_one(message, staged, direct=direct)
 
     def write(
         self,

@@ -95,7 +95,7 @@ class TurnStatements:
         fenced on the mailbox being empty, and the message row is inserted finished.
         """
         assert message.seq is not None
-        if self.finishes_in_one(message, staged, direct=direct):
+        if not direct and self.finishes_in_one(message, staged):
             return self._finish_in_one(
                 tx,
                 lease,
@@ -201,14 +201,13 @@ class TurnStatements:
     def finishes_in_one(
         self, message: MessageRow, staged: TurnWrites | None, *, direct: bool = False
     ) -> bool:
-        """Whether :meth:`finish_turn` of this turn is one statement (``_finish_in_one``):
-        it staged nothing but its projection row, answers no request, and the database
-        has data-modifying ``WITH``."""
+        """Whether this turn's commit is one statement: it staged nothing but its
+        projection row, and the database has data-modifying ``WITH``; a direct turn's is
+        :meth:`finish_direct`, another's :meth:`finish_turn` when it answers no request."""
         return (
-            not direct
-            and reply_route_of(message.sender) is None
-            and self.dialect.writable_cte
+            self.dialect.writable_cte
             and nothing_but_projection(staged)
+            and (direct or reply_route_of(message.sender) is None)
         )
 
     def _finish_in_one(
