@@ -72,11 +72,11 @@ def main() -> None:
 
         def counts() -> None:
             with store.read() as tx:
-                store.activity_counts(tx, since=since, bucket_ms=60_000)
+                store.activity.activity_counts(tx, since=since, bucket_ms=60_000)
 
         def sample() -> None:
             with store.read() as tx:
-                store.latency_sample(tx, since=since, limit=10_001)
+                store.activity.latency_sample(tx, since=since, limit=10_001)
 
         print(f"{args.messages:,} finished messages, median of {args.loads} (ms)")
         print(f"activity()            {timed(ops.activity, args.loads):8.1f}")

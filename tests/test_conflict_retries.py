@@ -361,22 +361,26 @@ def test_an_enqueue_whose_commit_answer_was_lost_is_resolved_by_reading(
     inbox = rt.ref(AmbiguousInbox, "a")
     inbox.bump.send()
     dialect = rt.store.dialect
-    real = dialect.write
     lost: list[bool] = [True]
 
-    @contextmanager
-    def answer_lost(engine: Any, render: Any) -> Iterator[Any]:
-        with real(engine, render) as tx:
-            yield tx
-        if lost and lost.pop():
-            raise DatabaseError(
-                "OperationalError: the connection was lost during COMMIT",
-                None,
-                disconnect=True,
-                commit_unknown=True,
-            )
+    def answer_lost(real: Any) -> Any:
+        @contextmanager
+        def run(engine: Any, render: Any) -> Iterator[Any]:
+            with real(engine, render) as tx:
+                yield tx
+            if lost and lost.pop():
+                raise DatabaseError(
+                    "OperationalError: the connection was lost during COMMIT",
+                    None,
+                    disconnect=True,
+                    commit_unknown=True,
+                )
 
-    monkeypatch.setattr(dialect, "write", answer_lost)
+        return run
+
+    # A transaction's COMMIT, or a lone enqueue's one autocommit statement (PostgreSQL).
+    monkeypatch.setattr(dialect, "write", answer_lost(dialect.write))
+    monkeypatch.setattr(dialect, "statement", answer_lost(dialect.statement))
     message = inbox.bump.send()  # without the read: DatabaseError(commit_unknown=True)
     assert not lost, "the injected failure did not happen"
     assert message.status() == "queued"

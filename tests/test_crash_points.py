@@ -32,7 +32,7 @@ import pytest
 
 from solid_objects import Actor, EffectContext, Reply, Runtime
 from solid_objects.faults import POINTS, SimulatedCrash, inject
-from solid_objects.store.store import Store
+from solid_objects.store.turns import TurnStatements
 
 from .conftest import FAST, count_rows, db_now
 
@@ -243,9 +243,9 @@ def test_the_harness_catches_a_planted_fence_bug(
     empty_tables(db_url)
     # The planted bug: no lease check, and no check of the message row either (that one
     # alone refuses the stalled commit of a message the survivor already finished).
-    monkeypatch.setattr(Store, "_FENCE", "pk = :pk")
-    monkeypatch.setattr(Store, "_QUEUED_FENCE", "")
-    monkeypatch.setattr(Store, "_THE_MESSAGE", "id = :id")
+    monkeypatch.setattr(TurnStatements, "_FENCE", "pk = :pk")
+    monkeypatch.setattr(TurnStatements, "_QUEUED_FENCE", "")
+    monkeypatch.setattr(TurnStatements, "_THE_MESSAGE", "id = :id")
     with pytest.raises(AssertionError) as violation:
         scenario()
     # the model saw the stalled worker's stale state overwrite the survivor's commit

@@ -335,7 +335,7 @@ def test_two_runtimes_batching_opposite_orders_do_not_deadlock(
     gates = []
     for rt in callers:
         gates.append(Gate(rt.store))
-        enqueue = rt.store.enqueue
+        enqueue = rt.store.mailbox.enqueue
         met = threading.Event()
 
         def meeting(tx: Any, *, enqueue: Any = enqueue, met: Any = met, **fields: Any) -> Any:

@@ -63,7 +63,7 @@ def enqueue(store: Store, actor_id: str, payloads: list[str], **fields: Any) -> 
     store.publish = payloads.append
     try:
         return store.transact(
-            lambda tx: store.enqueue(
+            lambda tx: store.mailbox.enqueue(
                 tx,
                 message_id=new_id(),
                 actor_type=TYPE,
@@ -299,7 +299,7 @@ def test_the_one_statement_sends_the_payload_by_notify(rt: Runtime) -> None:
         listen.execute(f'LISTEN "{rt.store.channel}"')
         for claim in (None, "me-2"):
             rt.store.transact(
-                lambda tx, claim=claim: rt.store.enqueue(
+                lambda tx, claim=claim: rt.store.mailbox.enqueue(
                     tx,
                     message_id=new_id(),
                     actor_type=TYPE,
@@ -327,7 +327,7 @@ TO_HELD = {"postgresql": 1, "sqlite": 2}
 
 def to_held(store: Store, actor_id: str, max_length: int | None = None) -> MessageRow | None:
     return store.transact(
-        lambda tx: store.enqueue_to_held(
+        lambda tx: store.mailbox.enqueue_to_held(
             tx,
             message_id=new_id(),
             actor_type=TYPE,

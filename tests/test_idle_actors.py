@@ -198,10 +198,10 @@ def test_expiry_checks_again_in_the_deleting_transaction(rt: Runtime) -> None:
     store = rt.store
     cutoff = db_now(rt)
     with store.read() as tx:
-        candidates = store.expirable(tx, "IdleSession", cutoff, after=None, limit=10)
+        candidates = store.idle.expirable(tx, "IdleSession", cutoff, after=None, limit=10)
     assert [actor_id for _, actor_id in candidates] == ["raced"]
     rt.ref(IdleSession, "raced").touch.send()  # arrives between the scan and the delete
-    assert store.transact(lambda tx: store.expire(tx, cutoff, [candidates[0][0]])) == []
+    assert store.transact(lambda tx: store.idle.expire(tx, cutoff, [candidates[0][0]])) == []
     rt.testing.drain()
     assert rt.ref(IdleSession, "raced").snapshot() == {"seen": 2}
 

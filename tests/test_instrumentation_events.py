@@ -258,7 +258,7 @@ def test_every_step_fires_its_hook_log_record_and_counter(
             )
 
             def plant(tx: Any) -> None:  # a process that died: its heartbeat long expired
-                store.register_process(
+                store.processes.register_process(
                     tx, owner="dead-1", host="gone", pid=1, version="0", actor_types="[]",
                     ttl_ms=-60_000,
                 )  # fmt: skip

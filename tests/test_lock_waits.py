@@ -248,7 +248,7 @@ def test_a_send_to_committing_while_expiry_deletes_the_actor_starts_a_new_incarn
     release = threading.Event()
 
     def expire_and_hold(tx: Any) -> list[tuple[str, str]]:
-        gone = store.expire(tx, now, [pk])
+        gone = store.idle.expire(tx, now, [pk])
         deleting.set()
         release.wait(HOLD)
         return gone

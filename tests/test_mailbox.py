@@ -114,7 +114,7 @@ def test_a_stale_lease_cannot_commit_over_a_newer_holder(
     head = fresh.head
     assert head is not None
     store.transact(
-        lambda tx: store.finish_turn(
+        lambda tx: store.turns.finish_turn(
             tx,
             fresh.lease,
             head,
@@ -131,7 +131,7 @@ def test_a_stale_lease_cannot_commit_over_a_newer_holder(
     stale_head = stale.head
     with pytest.raises(LeaseLost):
         store.transact(
-            lambda tx: store.finish_turn(
+            lambda tx: store.turns.finish_turn(
                 tx,
                 stale.lease,
                 stale_head,
@@ -157,7 +157,7 @@ def test_a_stale_lease_cannot_commit_over_a_newer_holder(
     assert late_row is not None
     with pytest.raises(LeaseLost):
         store.transact(
-            lambda tx: store.finish_turn(
+            lambda tx: store.turns.finish_turn(
                 tx,
                 forged,
                 late_row,

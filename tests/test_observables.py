@@ -61,7 +61,7 @@ class UnobservedTally(Actor):
 
 def broadcasts(rt: Runtime, cls: type[Actor], actor_id: str) -> list[BroadcastRow]:
     with rt.store.read() as tx:
-        return rt.store.broadcasts_after(tx, cls.actor_type, actor_id, 0, 0, 1000)
+        return rt.store.broadcasts.broadcasts_after(tx, cls.actor_type, actor_id, 0, 0, 1000)
 
 
 def test_value_and_invalidation_changes_commit_with_the_turn(
@@ -128,7 +128,9 @@ def test_destroy_and_recreate_is_a_later_incarnation(make_runtime: Callable[...,
     assert json.loads(again.changes)["values"] == {"points": 1}
     # a reader past the old incarnation reads only the new one
     with rt.store.read() as tx:
-        later = rt.store.broadcasts_after(tx, "ObservedScore", "d", destroyed.incarnation, 10**9, 9)
+        later = rt.store.broadcasts.broadcasts_after(
+            tx, "ObservedScore", "d", destroyed.incarnation, 10**9, 9
+        )
     assert later == [again]
 
 
@@ -157,7 +159,7 @@ def test_a_lost_lease_writes_no_broadcast(make_runtime: Callable[..., Runtime]) 
     assert outcome.staged is not None and outcome.staged.broadcast is not None
     with pytest.raises(LeaseLost):
         store.transact(
-            lambda tx: store.finish_turn(
+            lambda tx: store.turns.finish_turn(
                 tx,
                 stale.lease,
                 head,
@@ -199,7 +201,7 @@ def test_old_broadcasts_are_pruned_but_the_end_of_an_incarnation_stays(
         ref.destroy()
         rt.ref(ObservedScore, "kept").score(n=1)
     assert count_rows(rt, "broadcasts") == 5
-    assert rt.store.prune_broadcasts(db_now(rt) + 1000) == 4
+    assert rt.store.broadcasts.prune_broadcasts(db_now(rt) + 1000) == 4
     (left,) = broadcasts(rt, ObservedScore, "old")
     assert json.loads(left.changes) == {"destroyed": True}
     assert broadcasts(rt, ObservedScore, "kept") == []

@@ -399,7 +399,7 @@ def test_a_stale_peer_is_recovered_and_logged_by_a_live_process(
     store = rt.store
 
     def plant(tx: Any) -> None:  # a process that died holding the actor's lease
-        store.register_process(
+        store.processes.register_process(
             tx, owner="999-dead", host="gone", pid=999, version="0", actor_types="[]", ttl_ms=-5000
         )
         tx.run(

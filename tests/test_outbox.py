@@ -170,7 +170,7 @@ def test_a_stale_turn_stages_no_effect(make_runtime: Callable[..., Runtime]) -> 
     assert outcome.staged is not None and len(outcome.staged.effects) == 1
     with pytest.raises(LeaseLost):
         store.transact(
-            lambda tx: store.finish_turn(
+            lambda tx: store.turns.finish_turn(
                 tx,
                 stale.lease,
                 head,
@@ -277,11 +277,13 @@ def test_a_reschedule_during_a_firing_is_not_lost(make_runtime: Callable[..., Ru
     rt.testing.drain()
     store = rt.store
     with store.read() as tx:
-        (reminder,) = store.due_reminders(tx, ["Clock"], now=db_now(rt) + 4_000_000, limit=10)
+        (reminder,) = store.outbox.due_reminders(
+            tx, ["Clock"], now=db_now(rt) + 4_000_000, limit=10
+        )
     ref.move.send(hours=5)  # the actor reschedules while the scheduler holds the old row
     rt.testing.drain()
     fired = store.transact(
-        lambda tx: store.fire_reminder(
+        lambda tx: store.outbox.fire_reminder(
             tx, reminder, now=db_now(rt) + 4_000_000, message_id="x" * 32
         )
     )
@@ -450,13 +452,13 @@ def test_scheduling_a_reminder_again_as_it_stands_is_unchanged_and_keeps_its_fir
     rt.testing.drain()
     assert stored() == (1, when)
     with store.read() as tx:  # the scheduler reads the due reminder ...
-        (reminder,) = store.due_reminders(tx, ["Alarm"], now=when + 1, limit=10)
+        (reminder,) = store.outbox.due_reminders(tx, ["Alarm"], now=when + 1, limit=10)
     ref.set.send(at_ms=when)  # ... the actor schedules it again, as it stands ...
     rt.testing.drain()
     assert seen.events == ["scheduled", "unchanged"]
     assert stored() == (1, when)
     fired = store.transact(  # ... and the firing goes through
-        lambda tx: store.fire_reminder(tx, reminder, now=when + 1, message_id="f" * 32)
+        lambda tx: store.outbox.fire_reminder(tx, reminder, now=when + 1, message_id="f" * 32)
     )
     assert fired is not None
     rt.testing.drain()

@@ -510,7 +510,7 @@ def test_a_projection_turn_is_one_statement_on_postgresql_and_a_refused_fence_wr
         for actor_id, claimed in claims.items():
             assert claimed.head is not None
             try:
-                rt.store.finish_turn(
+                rt.store.turns.finish_turn(
                     tx,
                     claimed.lease,
                     claimed.head,

@@ -67,7 +67,7 @@ from sqlalchemy.pool import NullPool
 from solid_objects import Actor, MessageReference, Runtime
 from solid_objects.errors import DatabaseError, SolidObjectsError
 from solid_objects.faults import SimulatedCrash, inject
-from solid_objects.store.store import Store
+from solid_objects.store.turns import TurnStatements
 
 from .apps.procapp import AppendLog
 from .conftest import BACKENDS, FAST, SERVER_VARIABLES, count_rows
@@ -295,9 +295,9 @@ def test_the_stalled_commit_test_catches_a_planted_fence_bug(
     empty_tables(db_url)
     # The planted bug: no lease check, and no check of the message row either (that one
     # alone refuses A's commit of a message B already finished).
-    monkeypatch.setattr(Store, "_FENCE", "pk = :pk")
-    monkeypatch.setattr(Store, "_QUEUED_FENCE", "")
-    monkeypatch.setattr(Store, "_THE_MESSAGE", "id = :id")
+    monkeypatch.setattr(TurnStatements, "_FENCE", "pk = :pk")
+    monkeypatch.setattr(TurnStatements, "_QUEUED_FENCE", "")
+    monkeypatch.setattr(TurnStatements, "_THE_MESSAGE", "id = :id")
     with pytest.raises(AssertionError) as violation:
         stalled_commit_scenario(db_url, items=4)
     # B committed [0, 1, 2, 3]; A's stale turn wrote the state it computed from [0].

@@ -113,7 +113,7 @@ def commit(
     store: Store, tx: Tx, claimed: Claimed, outcome: TurnOutcome, *, notify_done: bool = True
 ) -> Committed:
     assert claimed.head is not None
-    return store.finish_turn(
+    return store.turns.finish_turn(
         tx,
         claimed.lease,
         claimed.head,
@@ -256,7 +256,7 @@ def test_a_head_enqueued_while_the_fence_waited_for_the_lock_is_returned(
     second = new_id()
 
     def enqueue(tx: Tx) -> None:
-        store.enqueue(
+        store.mailbox.enqueue(
             tx,
             message_id=second,
             actor_type="OneStatementTally",
@@ -393,7 +393,7 @@ def test_an_older_activation_of_the_same_process_cannot_record_a_retry(
     before = rows_of(rt, sent)
     with pytest.raises(LeaseLost):
         rt.store.transact(
-            lambda tx: rt.store.retry_later(
+            lambda tx: rt.store.turns.retry_later(
                 tx, older.lease, older.head, error="{}", attempt=1, delay_ms=60_000
             )
         )

@@ -163,7 +163,7 @@ def test_a_live_process_that_handles_the_effect_prevents_its_death(
     def handler_registered() -> bool:
         assert handler.poll() is None, (tmp_path / "handler.stderr").read_text()
         with rt.store.read() as tx:
-            return "send_mail" in rt.store.handled_effect_names(tx)
+            return "send_mail" in rt.store.processes.handled_effect_names(tx)
 
     wait_for(handler_registered, 60, "the handler process to register")
     rt.admin.set_policy(allow({"ops": "read"}))
@@ -186,7 +186,7 @@ def test_a_live_process_that_handles_the_effect_prevents_its_death(
         assert rt.kernel.pool.effects.expire_unhandled() == 0
         assert effect_status(rt, effect_id) == "pending"
         with rt.store.read() as tx:
-            assert rt.store.unhandled_effect_counts(tx) == {}
+            assert rt.store.processes.unhandled_effect_counts(tx) == {}
         # The handler process dies: nobody handles send_mail any more.
         handler.kill()
         handler.wait(timeout=30)

@@ -288,7 +288,7 @@ def test_a_commit_that_empties_the_mailbox_reads_no_next_head(
         worker.start()
         assert worker.ref(OutcomeCarrier, "emptied").add()["n"] == 1
         inside, reads = threading.local(), [0, 0]  # in finish_turn / elsewhere
-        finish, head = worker.store.finish_turn, worker.store.head_message
+        finish, head = worker.store.turns.finish_turn, worker.store.head_message
         commits: list[list[str]] = []  # the statements of each finish_turn, by kind
         for name in ("run", "row", "rows"):
             original = getattr(Tx, name)
@@ -312,7 +312,7 @@ def test_a_commit_that_empties_the_mailbox_reads_no_next_head(
             reads[0 if getattr(inside, "on", False) else 1] += 1
             return head(*args, **kwargs)
 
-        monkeypatch.setattr(worker.store, "finish_turn", counted_finish)
+        monkeypatch.setattr(worker.store.turns, "finish_turn", counted_finish)
         monkeypatch.setattr(worker.store, "head_message", counted_head)
         # h: wake-ups, read by the worker (m: would carry the message: no read to see).
         monkeypatch.setattr(mailbox, "message_fields", lambda *_: None)
@@ -429,7 +429,7 @@ def carried_setup(
     act = next(a for a in owner.kernel.pool._activations.values() if a.actor_id == actor_id)
     wait_until(lambda: act.status == "idle", STEP, "the activation to go idle")
     reads, inside = [0], threading.local()  # reads outside a commit (MySQL's read the next)
-    head, finish = owner.store.head_message, owner.store.finish_turn
+    head, finish = owner.store.head_message, owner.store.turns.finish_turn
 
     def counted_head(*args: Any, **kwargs: Any) -> Any:
         reads[0] += not getattr(inside, "on", False)
@@ -443,7 +443,7 @@ def carried_setup(
             inside.on = False
 
     monkeypatch.setattr(owner.store, "head_message", counted_head)
-    monkeypatch.setattr(owner.store, "finish_turn", marked_finish)
+    monkeypatch.setattr(owner.store.turns, "finish_turn", marked_finish)
     woken = {"owner": 0, "other": 0}
     for name, rt in (("owner", owner), ("other", other)):
         monkeypatch.setattr(rt.kernel.pool.poller, "poll_once", lambda **_: 0)

@@ -253,7 +253,7 @@ def _workers(runtime: Runtime, checks: list[Check]) -> None:
     store = runtime.store
     with store.read() as tx:
         now = store.now(tx)
-        rows = store.list_processes(tx, include_stopped=False, after=None, limit=1000)
+        rows = store.processes.list_processes(tx, include_stopped=False, after=None, limit=1000)
     draining = [r for r in rows if r.expires_at > now and r.stop_reason == DRAINING]
     live = [r for r in rows if r.expires_at > now and r.stop_reason != DRAINING]
     stale = [r for r in rows if r.expires_at <= now]
@@ -398,11 +398,11 @@ def _connections(runtime: Runtime, checks: list[Check]) -> None:
 def _backlog(runtime: Runtime, checks: list[Check]) -> None:
     store = runtime.store
     with store.read() as tx:
-        _now, counts = store.status_counts(tx)
-        orphans = store.orphan_counts(tx)
-        stranded = store.unserved_type_counts(tx)
-        unhandled = store.unhandled_effect_counts(tx)
-        incapable = store.waiting_for_capability(tx)
+        _now, counts = store.admin.status_counts(tx)
+        orphans = store.control.orphan_counts(tx)
+        stranded = store.processes.unserved_type_counts(tx)
+        unhandled = store.processes.unhandled_effect_counts(tx)
+        incapable = store.processes.waiting_for_capability(tx)
     stranded.pop(SolidObjectsDoctorProbe.actor_type, None)  # a probe of a doctor that died
     dead = sum(c.dead_letters for c in counts)
     dead_effects = sum(c.effects_dead for c in counts)

@@ -93,7 +93,7 @@ class EffectCapture:
         assert self._first is not None
         store = self._runtime.store
         with store.read() as tx:
-            rows = store.effects_from(tx, self._first)
+            rows = store.idle.effects_from(tx, self._first)
         return [
             CapturedEffect(str(i), str(n), json.loads(a), str(t), str(a_id), str(s))
             for i, n, a, t, a_id, s in rows
@@ -179,7 +179,7 @@ class Testing:
             )
         runtime.kernel.ensure_schema()
         runtime.kernel.release_all()
-        runtime.store.transact(runtime.store.empty_tables)
+        runtime.store.transact(runtime.store.idle.empty_tables)
 
     def replay(self, message_id: str) -> Any:
         """Run a finished message of a journaled class (``journaled = True``) again, with

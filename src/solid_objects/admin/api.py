@@ -103,7 +103,7 @@ class Administration(Maintenance, IdleActors, ActorHistory, AdminBase):
         self._authorize("status")
         store = self._runtime.store
         with store.read() as tx:
-            now, counts = store.status_counts(tx, actors_up_to=actors_up_to)
+            now, counts = store.admin.status_counts(tx, actors_up_to=actors_up_to)
         total = TypeCounts("*")
         for c in counts:
             for f in dataclasses.fields(TypeCounts):
@@ -138,8 +138,8 @@ class Administration(Maintenance, IdleActors, ActorHistory, AdminBase):
             # Whole buckets, the last one holding now: the chart's x axis is stable.
             end = now - now % bucket_ms + bucket_ms
             since = max(0, end - -(-since_minutes * 60_000 // bucket_ms) * bucket_ms)
-            rows = store.activity_counts(tx, since=since, bucket_ms=bucket_ms)
-            sample = store.latency_sample(tx, since=since, limit=LATENCY_SAMPLE + 1)
+            rows = store.activity.activity_counts(tx, since=since, bucket_ms=bucket_ms)
+            sample = store.activity.latency_sample(tx, since=since, limit=LATENCY_SAMPLE + 1)
         counts = {c.start: c for c in rows}
         sampled = len(sample) > LATENCY_SAMPLE
         latencies: dict[int, list[int]] = {}
@@ -199,7 +199,7 @@ class Administration(Maintenance, IdleActors, ActorHistory, AdminBase):
         store = self._runtime.store
         with store.read() as tx:
             now = store.now(tx)
-            rows = store.list_dead_letters(
+            rows = store.admin.list_dead_letters(
                 tx,
                 actor_type=actor_type,
                 actor_id=actor_id,
@@ -219,7 +219,7 @@ class Administration(Maintenance, IdleActors, ActorHistory, AdminBase):
         self._authorize("dead_letters.inspect", message_id=message_id)
         store = self._runtime.store
         with store.read() as tx:
-            row, status = store.dead_letter(tx, message_id)
+            row, status = store.admin.dead_letter(tx, message_id)
         if row is None:
             raise NotFound(f"no message {message_id!r} (never sent, or pruned)")
         if status != "dead":
@@ -255,7 +255,7 @@ class Administration(Maintenance, IdleActors, ActorHistory, AdminBase):
 
             def body(tx: Tx, batch: list[str] = batch) -> list[RetryOutcome]:
                 outcomes = [
-                    store.retry_dead_letter(
+                    store.admin.retry_dead_letter(
                         tx,
                         message_id,
                         retry_id=new_id(),
@@ -288,7 +288,7 @@ class Administration(Maintenance, IdleActors, ActorHistory, AdminBase):
 
     def _check_retryable(self, tx: Tx, message_id: str) -> None:
         store = self._runtime.store
-        row, status = store.dead_letter(tx, message_id)
+        row, status = store.admin.dead_letter(tx, message_id)
         if row is None:
             self._refuse_retry(RetryOutcome("missing", message_id))
         elif status != "dead":
@@ -340,7 +340,7 @@ class Administration(Maintenance, IdleActors, ActorHistory, AdminBase):
             def body(tx: Tx, batch: list[str] = batch) -> list[DiscardedDeadLetter]:
                 done = []
                 for message_id in batch:
-                    o = store.discard_dead_letter(
+                    o = store.admin.discard_dead_letter(
                         tx, message_id, principal=principal, reason=reason, audit_id=new_id()
                     )
                     if o.kind == "missing":
@@ -380,7 +380,7 @@ class Administration(Maintenance, IdleActors, ActorHistory, AdminBase):
         store = self._runtime.store
         with store.read() as tx:
             now = store.now(tx)
-            rows = store.list_actors(
+            rows = store.admin.list_actors(
                 tx,
                 actor_type,
                 id_prefix=id_prefix,
@@ -433,17 +433,17 @@ class Administration(Maintenance, IdleActors, ActorHistory, AdminBase):
         store = self._runtime.store
         with store.read() as tx:
             now = store.now(tx)
-            row = store.actor_row(tx, actor_type, actor_id)
+            row = store.admin.actor_row(tx, actor_type, actor_id)
             if row is None:
                 raise NotFound(f"no actor {actor_type} {actor_id!r} (never called, or destroyed)")
-            queued = store.mailbox(tx, row, limit)
-            scheduled = store.scheduled_of(tx, row.pk, limit)
-            effects = store.unfinished_effects_of(tx, row.pk, limit)
-            reminders = store.reminders_of(tx, row.pk, limit)
-            dead = store.open_dead_letters_of(tx, actor_type, actor_id)
+            queued = store.admin.mailbox_rows(tx, row, limit)
+            scheduled = store.admin.scheduled_of(tx, row.pk, limit)
+            effects = store.admin.unfinished_effects_of(tx, row.pk, limit)
+            reminders = store.admin.reminders_of(tx, row.pk, limit)
+            dead = store.admin.open_dead_letters_of(tx, actor_type, actor_id)
             head = queued[0] if queued and queued[0].seq == row.done_seq + 1 else None
             waiting_for = (
-                store.missing_capability(
+                store.processes.missing_capability(
                     tx, row.actor_type, head.operation, row.state_version, unserved=""
                 )
                 if head is not None and head.status == "queued"
@@ -494,10 +494,10 @@ class Administration(Maintenance, IdleActors, ActorHistory, AdminBase):
         store = self._runtime.store
         with store.read() as tx:
             now = store.now(tx)
-            row = store.actor_row(tx, actor_type, actor_id)
+            row = store.admin.actor_row(tx, actor_type, actor_id)
             if row is None:
                 raise NotFound(f"no actor {actor_type} {actor_id!r} (never called, or destroyed)")
-            rows = store.actor_messages(tx, row.pk, before=after, limit=limit + 1)
+            rows = store.activity.actor_messages(tx, row.pk, before=after, limit=limit + 1)
         rows, next_cursor = page_of(rows, limit, "actor_messages", lambda last: last.seq)
         return Page([ActorMessage.of(r) for r in rows], next_cursor, datetime_of(now))
 
@@ -524,7 +524,7 @@ class Administration(Maintenance, IdleActors, ActorHistory, AdminBase):
         store = self._runtime.store
         with store.read() as tx:
             now = store.now(tx)
-            rows = store.list_effects(
+            rows = store.admin.list_effects(
                 tx,
                 status=status,
                 actor_type=actor_type,
@@ -547,7 +547,7 @@ class Administration(Maintenance, IdleActors, ActorHistory, AdminBase):
         self._authorize("effects.inspect", effect_id=effect_id)
         store = self._runtime.store
         with store.read() as tx:
-            row = store.effect(tx, effect_id)
+            row = store.admin.effect(tx, effect_id)
         if row is None:
             raise NotFound(f"no effect {effect_id!r}")
         return EffectInfo.of(row)
@@ -576,7 +576,7 @@ class Administration(Maintenance, IdleActors, ActorHistory, AdminBase):
             def body(tx: Tx, batch: list[str] = batch) -> list[RetriedEffect]:
                 done = []
                 for effect_id in batch:
-                    o = store.retry_effect(
+                    o = store.admin.retry_effect(
                         tx, effect_id, principal=principal, reason=reason, audit_id=new_id()
                     )
                     if o.kind == "missing":
@@ -603,7 +603,7 @@ class Administration(Maintenance, IdleActors, ActorHistory, AdminBase):
         self._authorize("actors.pending", actor_type=None)
         store = self._runtime.store
         with store.read() as tx:
-            rows = store.retrying_heads(tx, limit)
+            rows = store.admin.retrying_heads(tx, limit)
         return [
             RetryingMessage(t, i, attempt, datetime_of(at), MailboxMessage.of(row))
             for t, i, attempt, at, row in rows
@@ -636,7 +636,7 @@ class Administration(Maintenance, IdleActors, ActorHistory, AdminBase):
         store = self._runtime.store
         with store.read() as tx:
             now = store.now(tx)
-            rows = store.list_audit(
+            rows = store.admin.list_audit(
                 tx,
                 target_id=target_id,
                 principal=principal,

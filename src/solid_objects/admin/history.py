@@ -94,7 +94,7 @@ class ActorHistory(AdminBase):
         self._authorize("actors.history", actor_type=actor_type, actor_id=actor_id)
         store = self._runtime.store
         with store.read() as tx:
-            row = store.actor_row(tx, actor_type, actor_id)
+            row = store.admin.actor_row(tx, actor_type, actor_id)
             if row is None:
                 raise NotFound(f"no actor {actor_type} {actor_id!r} (never called, or destroyed)")
             entries = store.journal.of_actor(tx, row.pk, before_seq=before_seq, limit=limit)
@@ -123,7 +123,7 @@ class ActorHistory(AdminBase):
         store = self._runtime.store
 
         def body(tx: Tx) -> tuple[str | None, int]:
-            row = store.actor_row(tx, actor_type, actor_id)
+            row = store.admin.actor_row(tx, actor_type, actor_id)
             if row is None:
                 raise NotFound(f"no actor {actor_type} {actor_id!r} (never called, or destroyed)")
             state, version = row.state, row.state_version

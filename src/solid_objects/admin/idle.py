@@ -71,7 +71,7 @@ class IdleActors(AdminBase):
         store = self._runtime.store
         with store.read() as tx:
             now = store.now(tx)
-            rows = store.quiet_actors(
+            rows = store.idle.quiet_actors(
                 tx,
                 actor_type=actor_type,
                 cutoff=_cutoff(since, now),
@@ -109,7 +109,7 @@ class IdleActors(AdminBase):
         with store.read() as tx:
             now = store.now(tx)
             while len(found) <= limit:
-                batch = store.actors_after(tx, actor_type, after, _SCAN)
+                batch = store.idle.actors_after(tx, actor_type, after, _SCAN)
                 found.extend(r for r in batch if r.actor_id not in known)
                 if len(batch) < _SCAN:
                     break
@@ -152,7 +152,7 @@ class IdleActors(AdminBase):
         for kind, cutoff in cutoffs.items():
             if dry_run:
                 with store.read() as tx:
-                    counts[kind] = store.count_expirable(tx, kind, cutoff)
+                    counts[kind] = store.idle.count_expirable(tx, kind, cutoff)
                 continue
             counts[kind] = self._expire_type(principal, kind, cutoff, ttl[kind], progress)
         return ExpiryReport(
@@ -172,15 +172,15 @@ class IdleActors(AdminBase):
         after: str | None = None
         while True:
             with store.read() as tx:
-                batch = store.expirable(tx, actor_type, cutoff, after=after, limit=BATCH)
+                batch = store.idle.expirable(tx, actor_type, cutoff, after=after, limit=BATCH)
             if not batch:
                 return deleted
             after = batch[-1][1]
 
             def body(tx: Tx, pks: Sequence[int] = [pk for pk, _ in batch]) -> int:
-                gone = store.expire(tx, cutoff, pks)
+                gone = store.idle.expire(tx, cutoff, pks)
                 for kind, actor_id in gone:
-                    store.write_audit(
+                    store.admin.write_audit(
                         tx,
                         audit_id=new_id(),
                         principal=principal,

@@ -73,7 +73,7 @@ class Maintenance(AdminBase):
         actor: tuple[str, str] | None = None,
         detail: dict[str, Any] | None = None,
     ) -> None:
-        self._runtime.store.write_audit(
+        self._runtime.store.admin.write_audit(
             tx,
             audit_id=new_id(),
             principal=principal,
@@ -113,7 +113,7 @@ class Maintenance(AdminBase):
         store = self._runtime.store
 
         def body(tx: Tx) -> bool:
-            changed = store.set_paused(tx, actor_type, actor_id, paused)
+            changed = store.control.set_paused(tx, actor_type, actor_id, paused)
             if changed is None:
                 raise NotFound(f"no actor {actor_type} {actor_id!r} (never called, or destroyed)")
             if changed:
@@ -184,7 +184,7 @@ class Maintenance(AdminBase):
         store = self._runtime.store
 
         def body(tx: Tx) -> MessageCancellation:
-            done = store.cancel(tx, message_id)
+            done = store.mailbox.cancel(tx, message_id)
             if done is None:
                 raise NotFound(f"no message {message_id}")
             message, cancelled = done
@@ -216,7 +216,7 @@ class Maintenance(AdminBase):
         store = self._runtime.store
         with store.read() as tx:
             now = store.now(tx)
-            rows = store.actors_with_pending_work(
+            rows = store.control.actors_with_pending_work(
                 tx,
                 actor_type=actor_type,
                 after=None if after is None else (str(after[0]), str(after[1])),
@@ -243,7 +243,7 @@ class Maintenance(AdminBase):
         self._runtime.registry.get(actor_type)  # before anything is read
         store = self._runtime.store
         with store.read() as tx:
-            rows = store.actors_by_ids(tx, actor_type, ids)
+            rows = store.control.actors_by_ids(tx, actor_type, ids)
         return {r.actor_id: self._state_as_seen(actor_type, r.state, r.state_version) for r in rows}
 
     @overload
@@ -282,7 +282,7 @@ class Maintenance(AdminBase):
         self._authorize("orphans.list")
         store = self._runtime.store
         with store.read() as tx:
-            return Orphans(*store.orphan_counts(tx))
+            return Orphans(*store.control.orphan_counts(tx))
 
     # --- reminders ----------------------------------------------------------------------
 
@@ -307,7 +307,7 @@ class Maintenance(AdminBase):
         store = self._runtime.store
         with store.read() as tx:
             now = store.now(tx)
-            rows = store.list_reminders(
+            rows = store.control.list_reminders(
                 tx,
                 actor_type=actor_type,
                 actor_id=actor_id,
@@ -370,7 +370,7 @@ class Maintenance(AdminBase):
         store = self._runtime.store
 
         def body(tx: Tx) -> bool:
-            row = store.reminder(tx, actor_type, actor_id, operation, key)
+            row = store.control.reminder(tx, actor_type, actor_id, operation, key)
             if row is None:
                 raise NotFound(
                     f"no reminder {operation!r} (key {key!r}) on {actor_type} {actor_id!r}"
@@ -379,7 +379,7 @@ class Maintenance(AdminBase):
                 raise OperationRefused("the reminder is paused: resume it first")
             if (change == "pause" and row.paused) or (change == "resume" and not row.paused):
                 return False
-            if not store.change_reminder(tx, row, change):
+            if not store.control.change_reminder(tx, row, change):
                 raise OperationRefused("the reminder changed meanwhile (it fired): try again")
             self._audit(
                 tx,
@@ -409,7 +409,7 @@ class Maintenance(AdminBase):
         store = self._runtime.store
         with store.read() as tx:
             now = store.now(tx)
-            rows = store.list_processes(
+            rows = store.processes.list_processes(
                 tx,
                 include_stopped=include_stopped,
                 after=None if after is None else str(after),
@@ -430,12 +430,12 @@ class Maintenance(AdminBase):
         store = self._runtime.store
 
         def body(tx: Tx) -> RecoveredProcess:
-            row = store.process(tx, owner)
+            row = store.processes.process(tx, owner)
             if row is None:
                 raise NotFound(f"no process {owner!r}")
             if row.stopped_at is not None:
                 return RecoveredProcess(owner, 0, 0, already=True)
-            leases, claims = store.recover_process(tx, owner, "released")
+            leases, claims = store.processes.recover_process(tx, owner, "released")
             self._audit(
                 tx,
                 principal,
@@ -496,7 +496,7 @@ class Maintenance(AdminBase):
             typed: PruneKind = kind  # type: ignore[assignment]
             if dry_run:
                 with store.read() as tx:
-                    rows[kind] = store.count_prunable(tx, typed, cutoff, by_type=by_type)
+                    rows[kind] = store.retention.count_prunable(tx, typed, cutoff, by_type=by_type)
                 continue
 
             def record(tx: Tx, keys: list[str], deleted: int, kind: str = kind) -> None:
@@ -513,7 +513,7 @@ class Maintenance(AdminBase):
                     detail=detail,
                 )
 
-            rows[kind] = store.prune_older(
+            rows[kind] = store.retention.prune_older(
                 typed, cutoff, record=record, progress=progress, by_type=by_type
             )
         cutoffs = {t: datetime_of(c) for t, c in by_type.items()} if "messages" in chosen else {}

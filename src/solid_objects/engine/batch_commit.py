@@ -251,7 +251,7 @@ class BatchCommit:
             )
         )
         delay = self.options.retry_delay(act.head_attempt)
-        if self.store.record_overrun(
+        if self.store.turns.record_overrun(
             tx,
             act.lease,
             message,

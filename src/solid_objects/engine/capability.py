@@ -73,7 +73,7 @@ class Capability:
         has been able to run the message for ``incapable_timeout``, the dead-letter
         outcome to commit instead of a turn."""
         with self.store.read() as tx:
-            gap = self.store.missing_capability(
+            gap = self.store.processes.missing_capability(
                 tx, act.actor_type, message.operation, act.state_version, unserved=missing
             )
             now = self.store.now(tx)

@@ -376,11 +376,11 @@ class Client:
 
         def body(tx: Tx) -> Enqueued:
             if held:  # the warm path: no claim to consider, two statements
-                message = self.store.enqueue_to_held(tx, **fields)
+                message = self.store.mailbox.enqueue_to_held(tx, **fields)
                 if message is not None:
                     faults.point("enqueue.body")
                     return Enqueued(message, existing=False, claimed=None)
-            enqueued = self.store.enqueue(
+            enqueued = self.store.mailbox.enqueue(
                 tx,
                 **fields,
                 **_queue_fields(options),
@@ -398,7 +398,7 @@ class Client:
                     # Its own transaction: a crash just before it, as one inside a
                     # transaction after its writes, leaves nothing written.
                     faults.point("enqueue.body")
-                    return self.store.enqueue_in_one_statement(
+                    return self.store.mailbox.enqueue_in_one_statement(
                         tx,
                         **fields,
                         held=held,

@@ -128,7 +128,7 @@ class DirectTurns:
         if self.turn_commit.is_one_statement(act, message, outcome, direct=True):
 
             def finish() -> Committed:
-                self.store.finish_direct(
+                self.store.turns.finish_direct(
                     act.lease,
                     message,
                     status=outcome.kind,

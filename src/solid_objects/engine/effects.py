@@ -163,9 +163,7 @@ class EffectRunner:
             r for r in running if r.max_duration is not None and now - r.started > r.max_duration
         ]
         for r in overdue:
-            r.over = (
-                f"effect {r.effect.name!r} ran past its max_duration of {r.max_duration:g}s"
-            )
+            r.over = f"effect {r.effect.name!r} ran past its max_duration of {r.max_duration:g}s"
         live = [r for r in running if r.over is None]
         timeout_ms = int(self.options.effect_timeout * 1000)
 
@@ -173,7 +171,7 @@ class EffectRunner:
             return [
                 r
                 for r in live
-                if not self.store.renew_effect_claim(
+                if not self.store.outbox.renew_effect_claim(
                     tx, r.effect.id, self.owner, r.effect.attempts, timeout_ms
                 )
             ]
@@ -196,7 +194,7 @@ class EffectRunner:
                 self.renew()
         if running.over is None:
             ok = self.store.transact(
-                lambda tx: self.store.renew_effect_claim(
+                lambda tx: self.store.outbox.renew_effect_claim(
                     tx,
                     effect_id,
                     self.owner,
@@ -221,7 +219,7 @@ class EffectRunner:
         if free <= 0:
             return 0
         with self.store.read() as tx:
-            due = self.store.due_effects(tx, names, free)
+            due = self.store.outbox.due_effects(tx, names, free)
         if not due:
             return 0
 
@@ -229,7 +227,7 @@ class EffectRunner:
             return [
                 e
                 for e in due
-                if self.store.claim_effect(
+                if self.store.outbox.claim_effect(
                     tx, e, self.owner, int(self.options.effect_timeout * 1000)
                 )
             ]
@@ -264,8 +262,10 @@ class EffectRunner:
             return 0
         age = int(timeout * 1000)
         with self.store.read() as tx:
-            handled = self.store.handled_effect_names(tx, within_ms=age)
-            stranded = self.store.unhandled_effects(tx, sorted(handled), due_for_ms=age, limit=100)
+            handled = self.store.processes.handled_effect_names(tx, within_ms=age)
+            stranded = self.store.outbox.unhandled_effects(
+                tx, sorted(handled), due_for_ms=age, limit=100
+            )
         if not stranded:
             return 0
 
@@ -273,7 +273,7 @@ class EffectRunner:
             return [
                 e
                 for e in stranded
-                if self.store.claim_effect(
+                if self.store.outbox.claim_effect(
                     tx, e, self.owner, int(self.options.effect_timeout * 1000)
                 )
             ]
@@ -390,7 +390,7 @@ class EffectRunner:
         outcome = "success" if status == "done" else "failure"
 
         def body(tx: Tx) -> list[Enqueued]:
-            if not self.store.finish_effect(
+            if not self.store.outbox.finish_effect(
                 tx,
                 effect,
                 self.owner,
@@ -406,7 +406,7 @@ class EffectRunner:
                 )
                 return []
             if traceback is not None or effect.attempts > 1:
-                self.store.record_traceback(tx, "effects", effect.id, traceback)
+                self.store.tracebacks.record_traceback(tx, "effects", effect.id, traceback)
             if callback is None:
                 return []
             arguments = self._callback_arguments(effect, callback, result, error)
@@ -427,7 +427,7 @@ class EffectRunner:
                 return []
             try:
                 return [
-                    self.store.enqueue(
+                    self.store.mailbox.enqueue(
                         tx,
                         message_id=new_id(),
                         actor_type=effect.actor_type,

@@ -161,7 +161,7 @@ class SentMessages:
     def cancel(self, message: MessageReference[Any]) -> bool:
         """Cancel a message that has not started (see ``Store.cancel``)."""
         self.checked(message)
-        done = self.store.transact(lambda tx: self.store.cancel(tx, message.id))
+        done = self.store.transact(lambda tx: self.store.mailbox.cancel(tx, message.id))
         if done is None:
             raise MessageNotFound(f"no message {message.id}")
         return done[1]

@@ -158,12 +158,12 @@ class Poller:
     def promote_due(self, now_ms: int | None = None) -> int:
         self._promote_pending = False
         with self.store.read() as tx:
-            due = self.store.due_scheduled(tx, now=now_ms)
+            due = self.store.promotion.due_scheduled(tx, now=now_ms)
         if not due:
             return 0
         skipped: list[int] = []
         moved = self.store.transact(
-            lambda tx: self.store.promote(tx, due, now=now_ms, skipped=skipped)
+            lambda tx: self.store.promotion.promote(tx, due, now=now_ms, skipped=skipped)
         )
         if skipped:
             self._promote_pending = True
@@ -172,13 +172,15 @@ class Poller:
     def fire_reminders(self, now_ms: int | None = None) -> int:
         types = self.pool.registry.types()
         with self.store.read() as tx:
-            due = self.store.due_reminders(tx, types, now=now_ms, limit=100)
+            due = self.store.outbox.due_reminders(tx, types, now=now_ms, limit=100)
         if not due:
             return 0
 
         def fire(tx: Tx) -> list[MessageRow]:
             now = self.store.now(tx) if now_ms is None else now_ms
-            fired = (self.store.fire_reminder(tx, r, now=now, message_id=new_id()) for r in due)
+            fired = (
+                self.store.outbox.fire_reminder(tx, r, now=now, message_id=new_id()) for r in due
+            )
             return [m for m in fired if m is not None]
 
         sent = self.store.transact(fire)

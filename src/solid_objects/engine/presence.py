@@ -61,7 +61,7 @@ class Presence:
         #: registration.
         self._published: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         #: Held from the first registration to :meth:`close` (servers only).
-        self.mark = store.session_mark(owner)
+        self.mark = store.processes.session_mark(owner)
         #: Peers on this host with the same identity see each other's pids (SQLite).
         self.host_identity = host_identity() if store.dialect.family == "sqlite" else None
         #: The ``session_mark`` written in the row at its last registration.
@@ -85,7 +85,7 @@ class Presence:
 
         types = self.registry.types()
         effects = self.effect_names()
-        self.store.register_process(
+        self.store.processes.register_process(
             tx,
             owner=self.owner,
             host=socket.gethostname(),
@@ -102,7 +102,7 @@ class Presence:
 
     def capabilities(self, types: tuple[str, ...]) -> dict[str, dict[str, Any]]:
         """What this code can run, per served type: its operations and state version
-        (a rolling deploy's peers read it: ``store.missing_capability``)."""
+        (a rolling deploy's peers read it: ``store.processes.missing_capability``)."""
         found: dict[str, dict[str, Any]] = {}
         for actor_type in types:
             try:
@@ -123,7 +123,7 @@ class Presence:
         if (
             published != self._published
             or not self.mark_intact()
-            or not self.store.heartbeat(tx, self.owner, self.ttl_ms)
+            or not self.store.processes.heartbeat(tx, self.owner, self.ttl_ms)
         ):
             self.register(tx)
 
@@ -139,7 +139,7 @@ class Presence:
         mark is lost: the server may have restarted, and every mark with it."""
         if self._mark_published is None or not self.mark_intact():
             return []
-        return self.store.gone_processes(
+        return self.store.processes.gone_processes(
             tx, owner=self.owner, host_identity=self.host_identity, limit=_RECOVER_BATCH
         )
 
@@ -149,7 +149,7 @@ class Presence:
         def body(tx: Tx) -> list[tuple[str, int, int]]:
             recovered = []
             for owner in owners:
-                released = self.store.recover_gone_process(tx, owner)
+                released = self.store.processes.recover_gone_process(tx, owner)
                 if released is not None:
                     recovered.append((owner, *released))
             return recovered
@@ -191,7 +191,7 @@ class Presence:
                 ", ".join(names),
                 extra={"solid_action": "ambiguous_actor_type", "actor_type": actor_type},
             )
-        for actor_type, count in self.store.unserved_type_counts(tx).items():
+        for actor_type, count in self.store.processes.unserved_type_counts(tx).items():
             log.warning(
                 "%d message(s) for actor type %r are waiting and no live process serves "
                 "that type (this one serves %s): %s",
@@ -205,8 +205,10 @@ class Presence:
     def recover_stale_peers(self, tx: Tx) -> list[tuple[str, int, int]]:
         """Recover peers whose heartbeat expired; (owner, leases, claims) of each."""
         return [
-            (owner, *self.store.recover_process(tx, owner, "stale"))
-            for owner in self.store.stale_processes(tx, grace_ms=self.ttl_ms, limit=_RECOVER_BATCH)
+            (owner, *self.store.processes.recover_process(tx, owner, "stale"))
+            for owner in self.store.processes.stale_processes(
+                tx, grace_ms=self.ttl_ms, limit=_RECOVER_BATCH
+            )
         ]
 
     @staticmethod
@@ -222,7 +224,7 @@ class Presence:
             )
 
     def draining(self, tx: Tx) -> None:
-        self.store.mark_draining(tx, self.owner)
+        self.store.processes.mark_draining(tx, self.owner)
 
     def stopped(self, tx: Tx) -> None:
-        self.store.mark_stopped(tx, self.owner, "drained")
+        self.store.processes.mark_stopped(tx, self.owner, "drained")

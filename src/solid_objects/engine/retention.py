@@ -66,9 +66,9 @@ class RetentionSchedule:
             }
             kinds = AUTOMATIC_KINDS if retention is not None else ("messages",)
             for kind in kinds:
-                deleted[kind] = self.store.prune_older(kind, cutoff, by_type=by_type)
+                deleted[kind] = self.store.retention.prune_older(kind, cutoff, by_type=by_type)
             if retention is not None:  # the realtime outbox: no subscriber reads old rows
-                deleted["broadcasts"] = self.store.prune_broadcasts(cutoff)
+                deleted["broadcasts"] = self.store.broadcasts.prune_broadcasts(cutoff)
         except Exception:
             log.exception(
                 "automatic prune failed; it runs again in %gs", self.options.retention_interval

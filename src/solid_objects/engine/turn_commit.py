@@ -56,7 +56,7 @@ class TurnCommit:
         if act.definition is not None and act.definition.journaled:
             return False
         staged = outcome.staged if direct or outcome.kind == "completed" else None
-        return self.store.finishes_in_one(message, staged, direct=direct)
+        return self.store.turns.finishes_in_one(message, staged, direct=direct)
 
     def write(
         self,
@@ -73,7 +73,7 @@ class TurnCommit:
         writes (a savepoint) and records the failure instead."""
         if outcome.kind == "retry":
             delay = self.options.retry_delay(act.head_attempt)
-            self.store.retry_later(
+            self.store.turns.retry_later(
                 tx,
                 act.lease,
                 message,
@@ -87,7 +87,7 @@ class TurnCommit:
         completed = outcome.kind == "completed"
         staged = outcome.staged if completed else None
         savepoint = tx.savepoint() if staged is not None and staged.actions else None
-        committed = self.store.finish_turn(
+        committed = self.store.turns.finish_turn(
             tx,
             act.lease,
             message,
@@ -157,7 +157,7 @@ class TurnCommit:
         """Store a failed attempt's traceback with its message; clear an earlier
         attempt's when a retry succeeds (a first attempt has none to clear)."""
         if outcome.traceback is not None:
-            self.store.record_traceback(tx, "messages", message.id, outcome.traceback)
+            self.store.tracebacks.record_traceback(tx, "messages", message.id, outcome.traceback)
         elif act.head_attempt > 1 and outcome.kind in ("completed", "rejected"):
-            self.store.record_traceback(tx, "messages", message.id, None)
+            self.store.tracebacks.record_traceback(tx, "messages", message.id, None)
 

@@ -258,7 +258,7 @@ class Waiting:
             actor = self.store.actor_status(tx, row.actor_pk)
             gap = None
             if actor is not None and row.status == "queued" and row.seq == actor.done_seq + 1:
-                gap = self.store.missing_capability(
+                gap = self.store.processes.missing_capability(
                     tx, row.actor_type, row.operation, actor.state_version, unserved=""
                 )
         who = f"{row.actor_type} {row.actor_id!r}"
@@ -303,7 +303,7 @@ class Waiting:
         """Why no worker holds an actor with queued work: none runs, none serves its type,
         or they are busy."""
         with self.store.read() as tx:
-            served = self.store.served_types(tx)
+            served = self.store.processes.served_types(tx)
         if not served:
             return (
                 "no worker holds the actor and no process running workers is alive: start "

@@ -337,7 +337,7 @@ class WorkerPool(DirectTurns):
             return
         skipped: list[int] = []
         try:
-            self.store.transact(lambda tx: self.store.promote(tx, due, skipped=skipped))
+            self.store.transact(lambda tx: self.store.promotion.promote(tx, due, skipped=skipped))
         except DB_ERRORS:
             log.exception("could not deliver %d messages now; the poller will", len(due))
         if skipped:  # a row held by another transaction: this worker does not wait for it
@@ -475,7 +475,7 @@ class WorkerPool(DirectTurns):
     def _committed_reminders(self, actor_pk: int) -> list[CommittedReminder]:
         """What ``self.reminders()`` reads: the incarnation's committed reminders."""
         with self.store.read() as tx:
-            rows = self.store.reminders_for(tx, actor_pk, MAX_REMINDERS_READ)
+            rows = self.store.outbox.reminders_for(tx, actor_pk, MAX_REMINDERS_READ)
         return [
             (r.operation, r.key, r.due_at, r.every_ms, r.cron, r.timezone, r.arguments)
             for r in rows

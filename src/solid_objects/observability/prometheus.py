@@ -302,7 +302,7 @@ class _RuntimeCollector(Collector):
             try:
                 with store.read() as tx:
                     rows = type_gauges(tx, store.prefix)
-                    unhandled = store.unhandled_effect_counts(tx)
+                    unhandled = store.processes.unhandled_effect_counts(tx)
             except Exception as exc:  # a scrape must not fail because the database did
                 log.warning("metrics: cannot read the database gauges: %r", exc)
                 return [families["activations"]]

@@ -1,6 +1,6 @@
 """SQL of the administration API: dead letters, actors, effects, status, audit.
 
-:class:`AdminStatements` is mixed into :class:`~solid_objects.store.Store`.
+:class:`AdminStatements` is a part of :class:`~solid_objects.store.Store`.
 Reads run on ``Store.read()`` connections; every write runs inside one
 ``Store.transact()`` body together with its audit record, so a change and the
 record of who made it commit together or not at all.
@@ -23,12 +23,10 @@ that is an error (and raises inside the transaction body to roll back a batch).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import BigInteger, Column, Index, MetaData, String, Table, Text, text
 
-from .admin_activity import ActivityStatements
 from .admin_rows import (
     ACTOR_COLS,
     AUDIT_COLS,
@@ -53,12 +51,12 @@ from .admin_rows import (
     read_mailbox,
     read_reminder,
 )
-from .dialect import Dialect, Tx
+from .dialect import Tx
+from .part import StorePart
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection, Engine
+    from sqlalchemy import Connection
 
-    from .store import Enqueued
 
 
 # --- schema (version 3) ---------------------------------------------------------------
@@ -148,14 +146,9 @@ def prefix_upper_bound(prefix: str) -> str | None:
     return None
 
 
-class AdminStatements(ActivityStatements):
+class AdminStatements(StorePart):
     """Mixin: needs ``prefix``, ``dialect``, ``engine``, ``enqueue`` and ``notify`` of Store."""
 
-    prefix: str
-    dialect: Dialect
-    engine: Engine
-    enqueue: Callable[..., Enqueued]
-    notify: Callable[[Tx, str], None]
 
     def _admin(self, template: str) -> str:
         """Fill in this module's own table names; Store.sql fills in the rest."""
@@ -276,7 +269,7 @@ class AdminStatements(ActivityStatements):
             again, _ = self.dead_letter(tx, message_id)
             assert again is not None
             return self._resolved_retry(again)
-        enqueued = self.enqueue(
+        enqueued = self.store.mailbox.enqueue(
             tx,
             message_id=retry_id,
             actor_type=dead.actor_type,
@@ -405,7 +398,7 @@ class AdminStatements(ActivityStatements):
         )
         return None if row is None else read_actor(row)
 
-    def mailbox(self, tx: Tx, actor: ActorRow, limit: int) -> list[MailboxRow]:
+    def mailbox_rows(self, tx: Tx, actor: ActorRow, limit: int) -> list[MailboxRow]:
         """The queued messages (head first), up to ``limit``."""
         return [
             read_mailbox(r)

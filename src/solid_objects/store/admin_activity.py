@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .dialect import Tx
+from .part import StorePart
 
 #: Latencies read per ``activity`` call at most, for its percentiles.
 LATENCY_SAMPLE = 10_000
@@ -68,7 +69,7 @@ def _actor_message(r: Sequence[Any]) -> ActorMessageRow:
     )
 
 
-class ActivityStatements:
+class ActivityStatements(StorePart):
     """Mixin of read-only statements; needs nothing but ``Tx``."""
 
     def activity_counts(self, tx: Tx, *, since: int, bucket_ms: int) -> list[ActivityCounts]:

@@ -93,7 +93,7 @@ def enqueue_on(
         actor_pk = create_apart(store, actor_type, actor_id)
         savepoint = tx.savepoint()
         try:
-            enqueued = store.enqueue(
+            enqueued = store.mailbox.enqueue(
                 tx,
                 message_id=message_id,
                 actor_type=actor_type,
@@ -131,13 +131,13 @@ def create_apart(store: Store, actor_type: str, actor_id: str) -> int | None:
     if store.dialect.family not in ("postgresql", "mysql"):
         return None
     with store.read() as tx:
-        pk = store.actor_pk(tx, actor_type, actor_id)
+        pk = store.mailbox.actor_pk(tx, actor_type, actor_id)
     if pk is not None:
         return pk
 
     def insert(tx: Tx) -> int | None:
-        store.insert_actor(tx, actor_type, actor_id)
-        return store.actor_pk(tx, actor_type, actor_id)
+        store.mailbox.insert_actor(tx, actor_type, actor_id)
+        return store.mailbox.actor_pk(tx, actor_type, actor_id)
 
     limit = time.monotonic() + APART_LOCK_WAIT
     current = deadline.current()

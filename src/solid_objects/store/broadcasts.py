@@ -1,6 +1,6 @@
 """SQL of the realtime outbox: broadcast rows and the reads that deliver them.
 
-:class:`BroadcastStatements` is mixed into :class:`~solid_objects.store.Store`.
+:class:`BroadcastStatements` is a part of :class:`~solid_objects.store.Store`.
 A broadcast row is written inside the turn's fenced commit (``write_staged``),
 so it exists if and only if the state it describes committed. It is keyed by
 the actor's incarnation (``actor_pk``, never reused, larger for a later
@@ -11,13 +11,13 @@ exactly what came after, in order, whichever process committed it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from .dialect import Tx
 from .notices import broadcast_hint
+from .part import StorePart
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +47,9 @@ PRUNE_BATCH = 500
 _DESTROYED = '{"destroyed":true}'
 
 
-class BroadcastStatements:
+class BroadcastStatements(StorePart):
     """Mixin: needs ``notify``, ``read`` and ``transact`` from the store."""
 
-    notify: Callable[[Tx, str], None]
-    read: Callable[[], AbstractContextManager[Tx]]
-    transact: Callable[..., Any]
 
     def prune_broadcasts(self, cutoff: int) -> int:
         """Delete broadcasts written before ``cutoff``, a batch per commit.
@@ -78,7 +75,7 @@ class BroadcastStatements:
             for n, (pk, revision) in enumerate(keys):
                 params[f"p{n}"], params[f"r{n}"] = int(pk), int(revision)
             statement = f"DELETE FROM {{broadcasts}} WHERE created_at < :cutoff AND ({pairs})"
-            deleted += int(self.transact(lambda tx, s=statement, p=params: tx.run(s, p)))
+            deleted += int(self.transact(functools.partial(_run, statement, params)))
             if len(keys) < PRUNE_BATCH:
                 return deleted
 
@@ -150,3 +147,7 @@ class BroadcastStatements:
             params,
         )
         return [ActorHead(r[0], r[1], int(r[2]), int(r[3]), r[4], int(r[5])) for r in rows]
+
+
+def _run(statement: str, params: dict[str, object], tx: Tx) -> int:
+    return tx.run(statement, params)

@@ -1,6 +1,6 @@
 """SQL of the operator's controls (hold a mailbox, steer reminders) and reconciliation reads.
 
-:class:`ControlStatements` is mixed into :class:`~solid_objects.store.Store`.
+:class:`ControlStatements` is a part of :class:`~solid_objects.store.Store`.
 
 Pausing an actor sets ``actors.paused`` and takes its lease away in the same
 statement. Every claim requires ``paused = 0``, and every fenced commit
@@ -28,11 +28,12 @@ from .admin_rows import (
     read_reminder,
 )
 from .dialect import Tx
+from .part import StorePart
 
 ReminderChange = Literal["pause", "resume", "cancel", "run_now"]
 
 
-class ControlStatements:
+class ControlStatements(StorePart):
     """Mixin: plain statements over ``{actors}`` and ``{reminders}``."""
 
     # --- actors ---------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """SQL of idle actors: quiet ones (reconciliation), expiring them; and the test helper's.
 
-:class:`IdleStatements` is mixed into :class:`~solid_objects.store.Store`.
+:class:`IdleStatements` is a part of :class:`~solid_objects.store.Store`.
 
 An actor is *quiet* when nothing is waiting for it: not paused, an empty mailbox,
 no delayed message, no reminder, no effect still to run, and untouched
@@ -29,11 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 from . import schema
 from .admin_rows import ACTOR_COLS, ActorRow, read_actor
-from .dialect import Dialect, Tx
+from .dialect import Tx
 from .mailbox import incarnation_lock_key
+from .part import StorePart
 
 if TYPE_CHECKING:
-    from .projections import ProjectionStatements
+    pass
 
 #: Nothing waits for the actor ``a``, and it was not touched since ``:cutoff``.
 QUIET = (
@@ -54,12 +55,9 @@ EXPIRABLE = (
 _COLS = ", ".join(f"a.{c.strip()}" for c in ACTOR_COLS.split(","))
 
 
-class IdleStatements:
+class IdleStatements(StorePart):
     """Mixin: reads and deletes over ``{actors}`` with the rules above."""
 
-    prefix: str
-    dialect: Dialect
-    projections: ProjectionStatements
 
     def _idle(self, template: str) -> str:
         return template.replace("{resolutions}", f"{self.prefix}resolutions")

@@ -1,6 +1,6 @@
 """SQL of the mailbox: appending messages to an actor and promoting delayed ones.
 
-:class:`MailboxStatements` is mixed into :class:`~solid_objects.store.Store`.
+:class:`MailboxStatements` is a part of :class:`~solid_objects.store.Store`.
 A message enters an actor's ordered mailbox with the next sequence number
 taken under the actor row's lock (or in one ``UPDATE ... RETURNING``), so
 sequence numbers have no gaps and no duplicates; a delayed or cross-actor
@@ -13,12 +13,12 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
-from collections.abc import Callable
 from typing import Any, Literal
 
 from ..errors import IdempotencyConflict, MailboxFull
-from .dialect import Dialect, Tx
+from .dialect import Tx
 from .notices import NoticeKey, held_hint, message_fields, message_hint
+from .part import StorePart
 from .rows import (
     MSG_COLS,
     Claimed,
@@ -126,19 +126,11 @@ def _enqueue_statement(*, claim: bool, limited: bool, notify: bool) -> str:
     )
 
 
-class MailboxStatements:
+class MailboxStatements(StorePart):
     """Mixin: needs ``dialect``, ``notify``, ``publish``, ``channel`` and ``load_claimed``
     from the store."""
 
-    dialect: Dialect
-    notify: Callable[[Tx, str], None]
-    notice_key: NoticeKey
-    publish: Callable[[str], None] | None
-    load_claimed: Callable[[Tx, Lease], Claimed | None]
 
-    @property
-    def channel(self) -> str:
-        raise NotImplementedError  # the store's
 
     def _lock_actor(self, tx: Tx, actor_type: str, actor_id: str, pk: int | None = None) -> Any:
         """Lock the actor's row (inserted if missing); by primary key when ``pk`` is

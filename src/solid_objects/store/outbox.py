@@ -1,6 +1,6 @@
 """SQL of the transactional outbox: staged effects, reminders, actor-to-actor messages.
 
-:class:`OutboxStatements` is mixed into :class:`~solid_objects.store.Store`.
+:class:`OutboxStatements` is a part of :class:`~solid_objects.store.Store`.
 ``write_staged`` runs inside a turn's fenced commit, after the fence UPDATE
 succeeded, so everything a turn staged commits with its state or not at all.
 Effects and reminders are then claimed and completed with conditional
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 from ..cron import next_after
 from ..writes import MAX_MESSAGES_PER_TURN, CancelledReminder, TurnWrites
 from .dialect import Tx
+from .part import StorePart
 from .rows import encode_sender, request_sender
 
 if TYPE_CHECKING:
-    from .projections import ProjectionStatements
-    from .store import Enqueued, MessageRow
+    from .store import MessageRow
 
 
 @dataclass(slots=True)
@@ -89,15 +89,10 @@ def _in(names: Sequence[str], prefix: str) -> tuple[str, dict[str, Any]]:
     return placeholders, {f"{prefix}{i}": n for i, n in enumerate(names)}
 
 
-class OutboxStatements:
+class OutboxStatements(StorePart):
     """Mixin: needs ``enqueue`` and ``enqueue_later`` from the mailbox statements and
     ``write_broadcast`` from the broadcast statements."""
 
-    enqueue: Callable[..., Enqueued]
-    enqueue_later: Callable[..., MessageRow]
-    now: Callable[[Tx], int]
-    write_broadcast: Callable[..., None]
-    projections: ProjectionStatements
 
     # --- writing what a turn staged -------------------------------------------------
 
@@ -191,7 +186,7 @@ class OutboxStatements:
                     values,
                 )
         if staged.broadcast is not None:
-            self.write_broadcast(
+            self.store.broadcasts.write_broadcast(
                 tx,
                 actor_pk=actor_pk,
                 actor_type=actor_type,
@@ -201,7 +196,7 @@ class OutboxStatements:
             )
         sender = encode_sender("actor", actor_type=actor_type, actor_id=actor_id)
         return [
-            self.enqueue_later(
+            self.store.mailbox.enqueue_later(
                 tx,
                 message_id=new_id(),
                 actor_type=m.actor_type,
@@ -426,7 +421,7 @@ class OutboxStatements:
             )
         if changed != 1:
             return None
-        return self.enqueue_later(
+        return self.store.mailbox.enqueue_later(
             tx,
             message_id=message_id,
             actor_type=reminder.actor_type,

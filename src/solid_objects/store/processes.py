@@ -1,6 +1,6 @@
 """SQL of the process registry: who is running workers, and who stopped answering.
 
-:class:`ProcessStatements` is mixed into :class:`~solid_objects.store.Store`.
+:class:`ProcessStatements` is a part of :class:`~solid_objects.store.Store`.
 
 A process that runs workers registers a row keyed by its lease owner and
 renews ``expires_at`` with the same transaction that renews its leases (a
@@ -17,14 +17,13 @@ marks the row stopped.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.engine import Engine
-
-from .dialect import Dialect, Tx
+from .dialect import Tx
 from .notices import WAKE
+from .part import StorePart
 from .sessions import SessionMark, held_sql, mark_name, pid_gone
 
 _COLS = (
@@ -73,14 +72,9 @@ def _process(r: Sequence[Any]) -> ProcessRow:
     )
 
 
-class ProcessStatements:
+class ProcessStatements(StorePart):
     """Mixin: statements over ``{processes}`` (and the leases and claims it names)."""
 
-    prefix: str
-    engine: Engine
-    dialect: Dialect
-    session_engine: Engine | None
-    notify: Callable[[Tx, str], None]
 
     def _proc(self, template: str) -> str:
         return template.replace("{processes}", f"{self.prefix}processes")

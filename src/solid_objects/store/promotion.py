@@ -1,6 +1,6 @@
 """SQL of promotion: entering due ``scheduled`` messages into their actors' mailboxes.
 
-:class:`PromotionStatements` is mixed into :class:`~solid_objects.store.Store`. A
+:class:`PromotionStatements` is a part of :class:`~solid_objects.store.Store`. A
 delayed call, a reminder firing and a ``send_to`` wait as ``scheduled``
 (``MailboxStatements.enqueue_later``) until a promoter (the worker after the sending
 commit, the poller) locks the target's row and enters all its due messages in the
@@ -10,17 +10,13 @@ promoter enters them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from .dialect import Tx
+from .part import StorePart
 
-from .dialect import Dialect, Tx
 
-
-class PromotionStatements:
+class PromotionStatements(StorePart):
     """Mixin: needs ``dialect``, ``notify`` and ``reply_destroyed`` from the store."""
 
-    dialect: Dialect
-    notify: Callable[[Tx, str], None]
-    reply_destroyed: Callable[[Tx, int, Sequence[str] | None], None]
 
     def due_scheduled(
         self, tx: Tx, *, now: int | None = None, limit: int = 100
@@ -115,7 +111,7 @@ class PromotionStatements:
             )
         ]
         if seq is None:  # sent while the incarnation was being destroyed
-            self.reply_destroyed(tx, pk, due)
+            self.store.replies.reply_destroyed(tx, pk, due)
             for message_id in due:
                 tx.run(
                     "UPDATE {messages} SET status = 'destroyed' WHERE id = :id", {"id": message_id}

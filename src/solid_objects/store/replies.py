@@ -1,6 +1,6 @@
 """SQL of a request's outcome: the reply a finished request message sends back.
 
-:class:`ReplyStatements` is mixed into :class:`~solid_objects.store.Store`. The reply
+:class:`ReplyStatements` is a part of :class:`~solid_objects.store.Store`. The reply
 is written in the transaction that finishes the request message, so it exists if and
 only if that finish committed; its idempotency key (``writes.reply_key``) is the one
 the request's timeout waits under in the asker's mailbox, which makes the answer and
@@ -10,11 +10,12 @@ the timeout one message: whichever enters the mailbox first is the outcome.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..writes import reply_arguments, reply_key
 from .dialect import Tx
+from .part import StorePart
 from .rows import MSG_COLS, MessageRow, encode_sender, message_row, new_id, reply_route_of
 
 #: What a finished message's status says to its asker.
@@ -33,10 +34,9 @@ _DESTROYED = json.dumps(
 )
 
 
-class ReplyStatements:
+class ReplyStatements(StorePart):
     """Mixin: needs ``enqueue_later`` from the store."""
 
-    enqueue_later: Callable[..., MessageRow]
 
     def send_reply(
         self,
@@ -66,7 +66,7 @@ class ReplyStatements:
         )
         sender = encode_sender("actor", actor_type=message.actor_type, actor_id=message.actor_id)
         message_id = new_id()
-        sent = self.enqueue_later(
+        sent = self.store.mailbox.enqueue_later(
             tx,
             message_id=message_id,
             actor_type=asker[0],

@@ -1,6 +1,6 @@
 """SQL of retention: which finished rows may go, and deleting them in small batches.
 
-:class:`RetentionStatements` is mixed into :class:`~solid_objects.store.Store`.
+:class:`RetentionStatements` is a part of :class:`~solid_objects.store.Store`.
 
 Only rows that no live work reads are candidates, each kind with its own rule
 (:data:`RULES`): finished messages (completed, rejected, of a destroyed actor,
@@ -14,11 +14,10 @@ meets the oldest rows first and a batch costs about its own size.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from .dialect import Tx
-from .journal import JournalStatements
+from .part import StorePart
 
 T = TypeVar("T")
 
@@ -64,13 +63,9 @@ RULES: dict[PruneKind, tuple[str, str, str]] = {
 }
 
 
-class RetentionStatements:
+class RetentionStatements(StorePart):
     """Mixin: needs ``read`` and ``transact`` of Store for the batched :meth:`prune_older`."""
 
-    prefix: str
-    read: Callable[[], AbstractContextManager[Tx]]
-    transact: Callable[..., Any]
-    journal: JournalStatements
 
     def prune_older(
         self,

@@ -2,9 +2,9 @@
 
 The engine never writes SQL; it calls these methods inside ``write()`` or
 ``read()`` blocks. Each method documents the invariant its statements keep.
-The statements of other concerns are mixins, one module each: the mailbox
-(``mailbox.py``), a turn's fenced commit (``turns.py``), the outbox, admin,
-control, processes and retention.
+The statements of other concerns are parts the store holds, one module each: the
+mailbox (``store.mailbox``), a turn's fenced commit (``store.turns``), the outbox,
+admin, control, processes and retention (``part.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from .. import deadline
 from ..errors import DatabaseError
 from . import application, schema
 from .admin import AdminStatements
+from .admin_activity import ActivityStatements
 from .broadcasts import BroadcastStatements
 from .control import ControlStatements
 from .dialect import Dialect, Tx, dialect_for
@@ -106,21 +107,13 @@ def _head_due(now_ms: int | None) -> str:
     return "(ready_at <= {now} OR ready_at <= :ready_now)"
 
 
-class Store(
-    BroadcastStatements,
-    MailboxStatements,
-    PromotionStatements,
-    OutboxStatements,
-    ReplyStatements,
-    AdminStatements,
-    ControlStatements,
-    IdleStatements,
-    ProcessStatements,
-    RetentionStatements,
-    TurnStatements,
-    TracebackStatements,
-):
-    """The database side of Solid Objects, for one engine and table prefix."""
+class Store:
+    """The database side of Solid Objects, for one engine and table prefix.
+
+    The core is here: transactions, the wake-up channel, claims and leases. Each other
+    concern's statements are a part it holds (``store.mailbox``, ``store.turns``,
+    ``store.outbox``, ...), one module each (``store/part.py``).
+    """
 
     def __init__(self, engine: Engine, *, prefix: str = "solid_", options: dict[str, Any]) -> None:
         self.engine = engine
@@ -151,6 +144,19 @@ class Store(
         self.journal = JournalStatements(prefix)
         #: The MAC key of the wake-up payloads that carry data (``store/notices.py``).
         self.notice_key = NoticeKey(self._read_notice_key)
+        self.mailbox = MailboxStatements(self)
+        self.turns = TurnStatements(self)
+        self.outbox = OutboxStatements(self)
+        self.replies = ReplyStatements(self)
+        self.promotion = PromotionStatements(self)
+        self.broadcasts = BroadcastStatements(self)
+        self.processes = ProcessStatements(self)
+        self.control = ControlStatements(self)
+        self.idle = IdleStatements(self)
+        self.retention = RetentionStatements(self)
+        self.tracebacks = TracebackStatements(self)
+        self.admin = AdminStatements(self)
+        self.activity = ActivityStatements(self)
 
     @functools.cached_property
     def actors_table(self) -> Table:
@@ -684,7 +690,7 @@ class Store(
     ) -> MessageRow:
         """Record a message to an incarnation that no longer exists as ``destroyed`` (what
         :meth:`destroy` made of its other messages), once per idempotency key."""
-        existing = self._keyed_message(tx, actor_pk, idempotency_key)
+        existing = self.mailbox._keyed_message(tx, actor_pk, idempotency_key)
         if existing is not None:
             return existing
         now = self.now(tx)
@@ -722,15 +728,15 @@ class Store(
         )
         if pk is None:
             return False
-        self.reply_destroyed(tx, int(pk), None)
+        self.replies.reply_destroyed(tx, int(pk), None)
         tx.run(
             "UPDATE {messages} SET status = 'destroyed', completed_at = {now} "
             "WHERE actor_pk = :pk AND status IN ('scheduled', 'queued')",
             {"pk": pk},
         )
         if observed:
-            self.broadcast_destroyed(tx, int(pk), actor_type, actor_id)
+            self.broadcasts.broadcast_destroyed(tx, int(pk), actor_type, actor_id)
         tx.run("DELETE FROM {actors} WHERE pk = :pk", {"pk": pk})
-        self.delete_reminders_of(tx, int(pk))
+        self.outbox.delete_reminders_of(tx, int(pk))
         self.projections.delete(tx, actor_type, [actor_id])
         return True

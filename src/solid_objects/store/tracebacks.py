@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Literal
 
 from .dialect import Tx
+from .part import StorePart
 
 
-class TracebackStatements:
+class TracebackStatements(StorePart):
     """Mixin; needs nothing but ``Tx``."""
 
     def record_traceback(

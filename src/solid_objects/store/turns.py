@@ -1,6 +1,6 @@
 """SQL of a turn's commit: the fenced write of its outcome, and its retries.
 
-:class:`TurnStatements` is mixed into :class:`~solid_objects.store.Store`.
+:class:`TurnStatements` is a part of :class:`~solid_objects.store.Store`.
 A turn's writes are fenced by the activation lease *inside* the writing
 ``UPDATE`` (owner, token, generation and expiry compared with the database
 clock, and the mailbox position), and the caller checks that exactly one row
@@ -9,38 +9,23 @@ changed: a worker whose lease was taken over can never commit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
-
-from sqlalchemy import Engine
 
 from ..errors import LeaseLost
 from ..writes import StagedProjection, TurnWrites, nothing_but_projection
-from .dialect import Dialect, Tx
-from .notices import NoticeKey, done_hint, outcome_notice
+from .dialect import Tx
+from .notices import done_hint, outcome_notice
+from .part import StorePart
 from .rows import MSG_COLS, Committed, Lease, MessageRow, message_row, new_id, reply_route_of
 
 if TYPE_CHECKING:
-    from .projections import ProjectionStatements
+    pass
 
 
-class TurnStatements:
+class TurnStatements(StorePart):
     """Mixin: needs ``dialect``, ``channel``, ``notify``, ``head_message``,
     ``write_staged`` and ``_retrying`` from the store."""
 
-    dialect: Dialect
-    channel: Any  # the store's wake-up channel (a property of Store)
-    notify: Callable[[Tx, str], None]
-    notice_key: NoticeKey
-    publish: Callable[[str], None] | None
-    head_message: Callable[[Tx, int, int], MessageRow | None]
-    write_staged: Callable[..., list[MessageRow]]
-    projections: ProjectionStatements
-    send_reply: Callable[..., MessageRow | None]
-    _retrying: Callable[
-        [Callable[[Tx], int], Callable[[Engine, Any], AbstractContextManager[Tx]]], int
-    ]
 
     _FENCE = (
         "pk = :pk AND lease_owner = :owner AND lease_token = :token "
@@ -166,7 +151,7 @@ class TurnStatements:
             # message of a held actor changes only under that lock): unreachable.
             raise LeaseLost(f"message {message.id} changed during the commit of its turn")
         outbound = (
-            self.write_staged(
+            self.store.outbox.write_staged(
                 tx,
                 actor_pk=lease.pk,
                 actor_type=message.actor_type,
@@ -189,7 +174,7 @@ class TurnStatements:
             if m.status == "scheduled" and sent.delay_ms <= 0
         ]
         reply = (
-            self.send_reply(tx, message, status=status, result=result, error=error)
+            self.store.replies.send_reply(tx, message, status=status, result=result, error=error)
             if reply_route_of(message.sender) is not None
             else None
         )
@@ -379,7 +364,7 @@ class TurnStatements:
             + self._finished_values(actor_pk="pk", completed="{now}")
             + " FROM turn"
         )
-        changed = self._retrying(lambda tx: tx.run(statement, params), self.dialect.statement)
+        changed = self.store.run_statement(lambda tx: tx.run(statement, params))
         if changed != 1:
             raise LeaseLost(
                 f"lease on {message.actor_type} {message.actor_id!r} was lost, or its "

@@ -139,7 +139,7 @@ class Hub:
 
     def _heads(self, keys: list[Key]) -> dict[Key, ActorHead]:
         with self.store.read() as tx:
-            heads = self.store.actor_heads(tx, keys)
+            heads = self.store.broadcasts.actor_heads(tx, keys)
         return {(h.actor_type, h.actor_id): h for h in heads}
 
     # --- reading committed data (in a thread) ---------------------------------------------
@@ -148,15 +148,15 @@ class Hub:
         """The identity's committed position and head; a destroyed actor's position is
         that of its last broadcast (the end of its incarnation)."""
         with self.store.read() as tx:
-            (head,) = self.store.actor_heads(tx, [key]) or [None]
+            (head,) = self.store.broadcasts.actor_heads(tx, [key]) or [None]
             if head is not None:
                 return (head.incarnation, head.revision), head
-            last = self.store.latest_broadcast(tx, key[0], key[1])
+            last = self.store.broadcasts.latest_broadcast(tx, key[0], key[1])
         return ((0, 0) if last is None else (last.incarnation, last.revision)), None
 
     def rows_after(self, key: Key, position: Position) -> list[Any]:
         with self.store.read() as tx:
-            return self.store.broadcasts_after(  # type: ignore[no-any-return]
+            return self.store.broadcasts.broadcasts_after(  # type: ignore[no-any-return]
                 tx, key[0], key[1], position[0], position[1], FETCH_LIMIT
             )
 
