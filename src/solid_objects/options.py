@@ -89,8 +89,11 @@ class Options:
     #: Prefix of the library's table names.
     table_prefix: str = "solid_"
     #: Redis URL for cross-process wake-ups (``redis://127.0.0.1:6379/0``), published after
-    #: each commit; for MySQL/MariaDB, which have no NOTIFY. None: NOTIFY on PostgreSQL,
-    #: polling elsewhere. Every process of one deployment should use the same path.
+    #: each commit; for MySQL/MariaDB, which have no NOTIFY. ``peer://`` instead: no
+    #: broker, each process sends its peers signed UDP datagrams (``peer://`` binds
+    #: 127.0.0.1 on a free port; ``peer://0.0.0.0:7400?advertise=10.0.0.5`` for several
+    #: hosts). None: NOTIFY on PostgreSQL, polling elsewhere. Every process of one
+    #: deployment should use the same path.
     wakeup_url: str | None = None
     #: PostgreSQL only: what sits between the runtime and the server. ``"transaction"``
     #: for PgBouncer (or another pooler) in ``pool_mode = transaction``: the runtime then
@@ -277,12 +280,16 @@ class Options:
                 f"directly, not {redact_url(str(self.listen_url))!r}"
             )
         if self.wakeup_url is not None and not re.match(
-            r"(redis|rediss|unix)://", str(self.wakeup_url)
+            r"(redis|rediss|unix|peer)://", str(self.wakeup_url)
         ):
             raise ConfigurationError(
-                "wakeup_url must be a redis://, rediss:// or unix:// URL, not "
+                "wakeup_url must be a redis://, rediss://, unix:// or peer:// URL, not "
                 f"{redact_url(str(self.wakeup_url))!r}"
             )
+        if self.wakeup_url is not None and str(self.wakeup_url).startswith("peer:"):
+            from .engine.peers import parse_peer_url
+
+            parse_peer_url(str(self.wakeup_url))
         for actor in self.actors or ():
             if not isinstance(actor, type):
                 raise ConfigurationError(f"actors must be Actor classes, not {actor!r}")

@@ -35,6 +35,7 @@ from .journal import JournalStatements
 from .mailbox import MailboxStatements
 from .notices import KEY_NAME, NoticeKey
 from .outbox import OutboxStatements
+from .peers import PeerStatements
 from .processes import ProcessStatements
 from .projections import ProjectionStatements
 from .promotion import PromotionStatements
@@ -116,6 +117,7 @@ class Store(
     ControlStatements,
     IdleStatements,
     ProcessStatements,
+    PeerStatements,
     RetentionStatements,
     TurnStatements,
     TracebackStatements,

@@ -1,0 +1,293 @@
+"""Broker-less wake-ups: each process tells its peers directly, by UDP datagram.
+
+With ``wakeup_url="peer://"`` every process (workers and caller-only ones) binds a
+UDP socket, writes its address in ``{prefix}peers`` (``store/peers.py``) and renews
+it every third of a lease. After a commit, each payload the store would have
+notified (``store/notices.py``'s ``w``, ``h:``, ``m:``, ``d:``, ``o:``, ``b:``) is
+sent as one datagram: ``h:``/``m:`` to the process holding the actor's lease when
+its address is known, everything else to every live peer (this process included,
+as PostgreSQL and Redis deliver to their sender too). No server to run: MariaDB,
+and PostgreSQL behind a transaction pooler, get the wake-ups LISTEN cannot give.
+
+Each datagram is the payload signed again with the notice key (``#<mac>``), so a
+receiver tells its peers' datagrams from anyone else's. One that does not verify,
+oversized or not text, is never data: at most a few per second are handed on as
+the plain hints they are (``engine/notices.py`` then reads rows), the rest are
+dropped and counted. Datagrams are best effort: a lost one, a peer that is down,
+or one whose row expired cost polling latency, never a message.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from urllib.parse import parse_qs, urlsplit
+
+from ..errors import ConfigurationError
+from ..store import Store, Tx
+from ..store.notices import MAX_NOTIFY_PAYLOAD, NoticeKey
+
+log = logging.getLogger("solid_objects.wakeup")
+
+#: Largest datagram a peer sends: the longest payload and its outer MAC.
+MAX_DATAGRAM = MAX_NOTIFY_PAYLOAD + 1 + 64
+#: ``p``: "my address is new, read the peer directory" (sent, signed, at start).
+HELLO = "p"
+#: Unverified datagrams handed on as hints per second at most (a burst of as many).
+UNVERIFIED_PER_SECOND = 20.0
+#: Shortest time between two reads of the peer directory a hello asks for (seconds).
+_REFRESH_GAP = 0.2
+
+Address = tuple[str, int]
+
+
+def parse_peer_url(url: str) -> tuple[str, int, str | None]:
+    """``(bind host, bind port, advertised host or None)`` of a ``peer://`` URL.
+
+    ``peer://`` binds 127.0.0.1 on a free port (one host); ``peer://0.0.0.0:7400?
+    advertise=10.0.0.5`` listens everywhere and tells peers to send to 10.0.0.5.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "peer":
+        raise ConfigurationError(f"not a peer:// URL: {url!r}")
+    try:
+        port = parts.port or 0
+    except ValueError:
+        raise ConfigurationError(f"wakeup_url {url!r}: the port is not a number") from None
+    host = parts.hostname or "127.0.0.1"
+    query = parse_qs(parts.query)
+    unknown = set(query) - {"advertise"}
+    if unknown:
+        raise ConfigurationError(f"wakeup_url {url!r}: unknown parameter {sorted(unknown)[0]}")
+    advertise = query.get("advertise", [None])[-1]
+    if advertise is None and _wildcard(host):
+        raise ConfigurationError(
+            f"wakeup_url {url!r} listens on every interface: add ?advertise=HOST, the "
+            "address other processes reach this one at"
+        )
+    return host, port, advertise
+
+
+def _wildcard(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
+
+
+def format_address(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def parse_address(text: str) -> Address | None:
+    """The ``(host, port)`` of a directory row, or None when it is not one."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
+        return None
+    return host.strip("[]"), int(port)
+
+
+def target_owner(payload: str) -> str | None:
+    """The lease owner an ``h:``/``m:`` payload is for (None: everyone's)."""
+    if payload[:2] not in ("h:", "m:"):
+        return None
+    _, _, rest = payload[2:].partition(":")
+    owner = rest if payload[0] == "h" else rest.partition(":")[0]
+    return owner or None
+
+
+class PeerWakeup:
+    """This process's datagram socket, its row in the peer directory, and the sends."""
+
+    def __init__(
+        self,
+        store: Store,
+        url: str,
+        owner: str,
+        on_payload: Callable[[str], None],
+        ttl_ms: int,
+    ) -> None:
+        self._store = store
+        self._key: NoticeKey = store.notice_key
+        self._host, self._port, self._advertise = parse_peer_url(url)
+        self._owner = owner
+        self._on_payload = on_payload
+        self._ttl_ms = ttl_ms
+        self._stop = threading.Event()
+        self._refresh_now = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._sock: socket.socket | None = None
+        #: Live peers by owner, replaced whole at each refresh (read without a lock).
+        self._peers: dict[str, Address] = {}
+        self._tokens = UNVERIFIED_PER_SECOND
+        self._tokens_at = time.monotonic()
+        self.listening = threading.Event()
+        self.connections = 0
+        #: ``host:port`` written in the directory (None until started).
+        self.address: str | None = None
+        #: Datagrams sent / not sent (no socket, or the send failed) / received and
+        #: verified / unverified and handed on / unverified and dropped / garbage.
+        self.sent = 0
+        self.dropped = 0
+        self.received = 0
+        self.unverified = 0
+        self.refused = 0
+        self.garbage = 0
+
+    @property
+    def peers(self) -> dict[str, str]:
+        """Where each live peer is sent to, by owner, as last read from the directory."""
+        return {owner: format_address(*address) for owner, address in self._peers.items()}
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._threads:
+            return
+        self._stop.clear()
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+        sock.bind((self._host, self._port))
+        sock.settimeout(0.5)
+        self._sock = sock
+        host, port = sock.getsockname()[:2]
+        self.address = format_address(self._advertise or host, port)
+        for target, name in ((self._receive, "solid-peer-recv"), (self._maintain, "solid-peers")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        """Leave the directory (peers stop sending at once), then close the socket."""
+        self._stop.set()
+        self._refresh_now.set()
+        threads, self._threads = self._threads, []
+        for thread in threads:
+            thread.join(5)
+        if self.listening.is_set():
+            self.listening.clear()
+            try:
+                self._store.transact(lambda tx: self._store.forget_peer(tx, self._owner))
+            except Exception:  # the row expires by itself
+                log.debug("could not remove this process's peer row", exc_info=True)
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+
+    # --- sending --------------------------------------------------------------------------
+
+    def publish(self, payload: str) -> None:
+        """Send ``payload`` to the peers that should hear it; called after the commit,
+        never blocks (a datagram that cannot leave now is dropped: polling covers)."""
+        sock = self._sock
+        if sock is None:
+            self.dropped += 1
+            return
+        peers = self._peers
+        owner = target_owner(payload)
+        targets = [peers[owner]] if owner is not None and owner in peers else peers.values()
+        data = self._key.sign(payload).encode()
+        for address in targets:
+            try:
+                sock.sendto(data, socket.MSG_DONTWAIT, address)
+                self.sent += 1
+            except OSError:  # full buffer, unreachable network, closed socket
+                self.dropped += 1
+
+    # --- the directory --------------------------------------------------------------------
+
+    def _maintain(self) -> None:
+        """Renew this process's row and re-read the directory every third of a lease,
+        or at once when a new peer says hello."""
+        period = self._ttl_ms / 3000
+        backoff = 0.1
+        while not self._stop.is_set():
+            try:
+                self._refresh(announce=not self.listening.is_set())
+            except Exception as exc:
+                log.warning("cannot update the peer directory (%r); polling covers", exc)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            backoff = 0.1
+            self._refresh_now.wait(period)
+            self._refresh_now.clear()
+            self._stop.wait(_REFRESH_GAP)  # a flood of hellos reads the table 5 times/s
+
+    def _refresh(self, *, announce: bool) -> None:
+        address = self.address
+        assert address is not None
+
+        def body(tx: Tx) -> list[tuple[str, str]]:
+            self._store.advertise_peer(tx, self._owner, address, self._ttl_ms)
+            return self._store.live_peers(tx)
+
+        rows = self._store.transact(body)
+        peers = {owner: found for owner, text in rows if (found := parse_address(text))}
+        self._peers = peers
+        if announce:
+            self.connections += 1
+            self.listening.set()
+            self.publish(HELLO)  # everyone (us too) re-reads the directory: we are new
+            # Something may have been announced while nobody knew where we were.
+            self._on_payload("w")
+
+    # --- receiving ------------------------------------------------------------------------
+
+    def _receive(self) -> None:
+        sock = self._sock
+        assert sock is not None
+        while not self._stop.is_set():
+            try:
+                data = sock.recv(MAX_DATAGRAM + 1)
+            except TimeoutError:
+                continue
+            except OSError:
+                if self._stop.is_set():
+                    return
+                time.sleep(0.05)
+                continue
+            try:
+                self._datagram(data)
+            except Exception:  # never let a datagram end the receiver
+                log.debug("peer datagram not understood", exc_info=True)
+
+    def _datagram(self, data: bytes) -> None:
+        if len(data) > MAX_DATAGRAM:
+            self.garbage += 1
+            return
+        try:
+            payload = data.decode("ascii")
+        except UnicodeDecodeError:
+            self.garbage += 1
+            return
+        text = self._key.verify(payload)
+        if text is not None:
+            self.received += 1
+            if text == HELLO:
+                self._refresh_now.set()
+            else:
+                self._on_payload(text)
+        elif self._allow_unverified():
+            # Not from a peer of ours: only a hint (the dispatch trusts nothing in it).
+            self.unverified += 1
+            self._on_payload(payload)
+        else:
+            self.refused += 1
+
+    def _allow_unverified(self) -> bool:
+        now = time.monotonic()
+        self._tokens = min(
+            UNVERIFIED_PER_SECOND,
+            self._tokens + (now - self._tokens_at) * UNVERIFIED_PER_SECOND,
+        )
+        self._tokens_at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
