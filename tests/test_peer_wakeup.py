@@ -229,6 +229,45 @@ def test_a_stale_or_unreachable_peer_costs_polling_latency_never_the_call(
         worker.close()
 
 
+@pytest.mark.parametrize(
+    ("url", "carried"),
+    [("peer://", "o:"), ("peer://0.0.0.0:0?advertise=127.0.0.1", "d:")],
+    ids=["loopback", "every-interface"],
+)
+def test_outcomes_travel_whole_only_when_no_datagram_leaves_the_host(
+    db_url: str, url: str, carried: str
+) -> None:
+    """Bound to loopback, a finished message is announced with its signed outcome (the
+    caller reads no row); bound beyond, only its id travels and the result stays in
+    the database."""
+    worker = Runtime(db_url, workers=1, wakeup_url=url)
+    caller = Runtime(db_url, workers=0, call_timeout=STEP, wakeup_url=url)
+    try:
+        worker.install()
+        for rt in (worker, caller):
+            rt.register(Vault)
+            rt.start()
+            assert rt.kernel.listener is not None
+            wait_until(rt.kernel.listener.listening.is_set, STEP, "the peer socket")
+        listener = caller.kernel.listener
+        assert isinstance(listener, PeerWakeup)
+        heard = worker.kernel.listener
+        assert isinstance(heard, PeerWakeup)
+        wait_until(lambda: worker.owner in listener.peers, STEP, "the worker's row")
+        wait_until(lambda: caller.owner in heard.peers, STEP, "the caller's row")
+        sent = caller.ref(Vault, "whole").deposit.send(amount=7)
+        assert sent.wait(STEP) == 7
+
+        def announced() -> list[str]:
+            return [p for p in listener.recent if sent.id in p and p[:2] in ("o:", "d:")]
+
+        kinds = {p[:2] for p in wait_until(announced, STEP, "the announcement")}
+        assert kinds == {carried}
+    finally:
+        caller.close()
+        worker.close()
+
+
 def test_a_stopped_peer_leaves_the_directory(db_url: str) -> None:
     rt = Runtime(db_url, workers=0, wakeup_url="peer://")
     try:

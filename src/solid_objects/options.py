@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any, Literal
+from urllib.parse import parse_qs, urlsplit
 
 from .authorization import KINDS, Policy, check_policies, option_name
 from .codec import check_identifier
@@ -287,8 +289,6 @@ class Options:
                 f"{redact_url(str(self.wakeup_url))!r}"
             )
         if self.wakeup_url is not None and str(self.wakeup_url).startswith("peer:"):
-            from .engine.peers import parse_peer_url
-
             parse_peer_url(str(self.wakeup_url))
         for actor in self.actors or ():
             if not isinstance(actor, type):
@@ -311,3 +311,37 @@ class Options:
         ``retry_max_delay``.
         """
         return float(min(self.retry_base_delay * 2 ** max(attempt - 1, 0), self.retry_max_delay))
+
+
+def parse_peer_url(url: str) -> tuple[str, int, str | None]:
+    """``(bind host, bind port, advertised host or None)`` of a ``peer://`` URL.
+
+    ``peer://`` binds 127.0.0.1 on a free port (one host); ``peer://0.0.0.0:7400?
+    advertise=10.0.0.5`` listens everywhere and tells peers to send to 10.0.0.5.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "peer":
+        raise ConfigurationError(f"not a peer:// URL: {url!r}")
+    try:
+        port = parts.port or 0
+    except ValueError:
+        raise ConfigurationError(f"wakeup_url {url!r}: the port is not a number") from None
+    host = parts.hostname or "127.0.0.1"
+    query = parse_qs(parts.query)
+    unknown = set(query) - {"advertise"}
+    if unknown:
+        raise ConfigurationError(f"wakeup_url {url!r}: unknown parameter {sorted(unknown)[0]}")
+    advertise = query.get("advertise", [None])[-1]
+    if advertise is None and _wildcard(host):
+        raise ConfigurationError(
+            f"wakeup_url {url!r} listens on every interface: add ?advertise=HOST, the "
+            "address other processes reach this one at"
+        )
+    return host, port, advertise
+
+
+def _wildcard(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False

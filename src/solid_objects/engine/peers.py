@@ -6,7 +6,10 @@ it every third of a lease. After a commit, each payload the store would have
 notified (``store/notices.py``'s ``w``, ``h:``, ``m:``, ``d:``, ``o:``, ``b:``) is
 sent as one datagram: ``h:``/``m:`` to the process holding the actor's lease when
 its address is known, everything else to every live peer (this process included,
-as PostgreSQL and Redis deliver to their sender too). No server to run: MariaDB,
+as PostgreSQL and Redis deliver to their sender too). A finished message is
+announced with its signed outcome (``o:``) while the socket is bound to loopback (no
+datagram leaves the host), else by its id (``d:``), as through Redis. No server to
+run: MariaDB,
 and PostgreSQL behind a transaction pooler, get the wake-ups LISTEN cannot give.
 
 Each datagram is the payload signed again with the notice key (``#<mac>``), so a
@@ -19,15 +22,15 @@ or one whose row expired cost polling latency, never a message.
 
 from __future__ import annotations
 
+import collections
 import ipaddress
 import logging
 import socket
 import threading
 import time
 from collections.abc import Callable
-from urllib.parse import parse_qs, urlsplit
 
-from ..errors import ConfigurationError
+from ..options import parse_peer_url
 from ..store import Store, Tx
 from ..store.notices import MAX_NOTIFY_PAYLOAD, NoticeKey
 
@@ -43,40 +46,6 @@ UNVERIFIED_PER_SECOND = 20.0
 _REFRESH_GAP = 0.2
 
 Address = tuple[str, int]
-
-
-def parse_peer_url(url: str) -> tuple[str, int, str | None]:
-    """``(bind host, bind port, advertised host or None)`` of a ``peer://`` URL.
-
-    ``peer://`` binds 127.0.0.1 on a free port (one host); ``peer://0.0.0.0:7400?
-    advertise=10.0.0.5`` listens everywhere and tells peers to send to 10.0.0.5.
-    """
-    parts = urlsplit(url)
-    if parts.scheme != "peer":
-        raise ConfigurationError(f"not a peer:// URL: {url!r}")
-    try:
-        port = parts.port or 0
-    except ValueError:
-        raise ConfigurationError(f"wakeup_url {url!r}: the port is not a number") from None
-    host = parts.hostname or "127.0.0.1"
-    query = parse_qs(parts.query)
-    unknown = set(query) - {"advertise"}
-    if unknown:
-        raise ConfigurationError(f"wakeup_url {url!r}: unknown parameter {sorted(unknown)[0]}")
-    advertise = query.get("advertise", [None])[-1]
-    if advertise is None and _wildcard(host):
-        raise ConfigurationError(
-            f"wakeup_url {url!r} listens on every interface: add ?advertise=HOST, the "
-            "address other processes reach this one at"
-        )
-    return host, port, advertise
-
-
-def _wildcard(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_unspecified
-    except ValueError:
-        return False
 
 
 def format_address(host: str, port: int) -> str:
@@ -138,6 +107,17 @@ class PeerWakeup:
         self.unverified = 0
         self.refused = 0
         self.garbage = 0
+        #: The last verified payloads received, newest last (for diagnostics and tests).
+        self.recent: collections.deque[str] = collections.deque(maxlen=256)
+
+    @property
+    def local_only(self) -> bool:
+        """Whether the socket is bound to a loopback address, so no datagram it sends
+        leaves this host: then outcomes travel whole (signed ``o:``), not as ids."""
+        try:
+            return ipaddress.ip_address(self._host).is_loopback
+        except ValueError:
+            return self._host == "localhost"
 
     @property
     def peers(self) -> dict[str, str]:
@@ -215,9 +195,11 @@ class PeerWakeup:
                 backoff = min(backoff * 2, 5.0)
                 continue
             backoff = 0.1
+            last = time.monotonic()
             self._refresh_now.wait(period)
             self._refresh_now.clear()
-            self._stop.wait(_REFRESH_GAP)  # a flood of hellos reads the table 5 times/s
+            # A flood of hellos reads the table 5 times a second at most.
+            self._stop.wait(last + _REFRESH_GAP - time.monotonic())
 
     def _refresh(self, *, announce: bool) -> None:
         address = self.address
@@ -272,6 +254,7 @@ class PeerWakeup:
             if text == HELLO:
                 self._refresh_now.set()
             else:
+                self.recent.append(text)
                 self._on_payload(text)
         elif self._allow_unverified():
             # Not from a peer of ours: only a hint (the dispatch trusts nothing in it).

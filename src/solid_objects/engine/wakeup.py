@@ -79,6 +79,7 @@ def listener_for(
             raise ConfigurationError("peer wake-ups need the owner of this process")
         peers = PeerWakeup(store, wakeup_url, owner, on_payload, ttl_ms)
         store.publish = peers.publish
+        store.publish_outcomes = peers.local_only
         return peers
     if wakeup_url is not None:
         redis = RedisWakeup(wakeup_url, lambda: store.channel, on_payload)

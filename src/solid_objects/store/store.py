@@ -138,6 +138,9 @@ class Store(
         #: Set when wake-ups go through a broker outside the database (Redis): called
         #: with each ``notify`` payload once its transaction has committed.
         self.publish: Callable[[str], None] | None = None
+        #: Whether ``publish`` may carry outcomes (results), not only their ids: set for
+        #: datagrams that stay on this host (``engine/peers.py``).
+        self.publish_outcomes = False
         self._pending = threading.local()
         self._writer = (
             GroupWriter(engine, self.sql, self.dialect.begin_sql)

@@ -34,6 +34,7 @@ class TurnStatements:
     notify: Callable[[Tx, str], None]
     notice_key: NoticeKey
     publish: Callable[[str], None] | None
+    publish_outcomes: bool
     head_message: Callable[[Tx, int, int], MessageRow | None]
     write_staged: Callable[..., list[MessageRow]]
     projections: ProjectionStatements
@@ -314,8 +315,9 @@ class TurnStatements:
         self, message_id: str, status: str, result: str | None, error: str | None
     ) -> str:
         """What a finished message announces: through a broker outside the database
-        (Redis) only the id travels; through NOTIFY the signed outcome, when it fits."""
-        if self.publish is not None:
+        (Redis) only the id travels; through NOTIFY, or datagrams that never leave
+        this host (``publish_outcomes``), the signed outcome, when it fits."""
+        if self.publish is not None and not self.publish_outcomes:
             return done_hint(message_id)
         return outcome_notice(self.notice_key, message_id, status, result, error)
 
