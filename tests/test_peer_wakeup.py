@@ -284,6 +284,37 @@ def test_a_stopped_peer_leaves_the_directory(db_url: str) -> None:
         rt.close()
 
 
+def test_a_peer_advertised_by_name_is_looked_up_once_per_refresh(db_url: str) -> None:
+    """``advertise=localhost``: the directory holds the name, the sends go to its
+    address (looked up when the directory is read); calls are woken."""
+    worker = Runtime(db_url, workers=1, poll_interval=30.0, wakeup_url="peer://")
+    caller = Runtime(
+        db_url, workers=0, call_timeout=STEP, wakeup_url="peer://0.0.0.0:0?advertise=localhost"
+    )
+    try:
+        worker.install()
+        for rt in (worker, caller):
+            rt.register(Vault)
+            rt.start()
+            assert rt.kernel.listener is not None
+            wait_until(rt.kernel.listener.listening.is_set, STEP, "the peer socket")
+        listener = caller.kernel.listener
+        assert isinstance(listener, PeerWakeup) and listener.address is not None
+        assert listener.address.startswith("localhost:")
+        with caller.store.read() as tx:
+            assert (caller.owner, listener.address) in caller.store.live_peers(tx)
+        heard = worker.kernel.listener
+        assert isinstance(heard, PeerWakeup)
+        wait_until(lambda: caller.owner in heard.peers, STEP, "the caller's row")
+        assert heard.peers[caller.owner].startswith("127.0.0.1:")
+        received = listener.received
+        assert caller.ref(Vault, "named").deposit(amount=2) == 2
+        wait_until(lambda: listener.received > received, STEP, "the worker's announcement")
+    finally:
+        caller.close()
+        worker.close()
+
+
 def test_peer_urls() -> None:
     assert parse_peer_url("peer://") == ("127.0.0.1", 0, None)
     assert parse_peer_url("peer://0.0.0.0:7400?advertise=10.0.0.5") == (

@@ -210,14 +210,34 @@ class PeerWakeup:
             return self._store.live_peers(tx)
 
         rows = self._store.transact(body)
-        peers = {owner: found for owner, text in rows if (found := parse_address(text))}
-        self._peers = peers
+        self._peers = {owner: found for owner, text in rows if (found := self._resolve(text))}
         if announce:
             self.connections += 1
             self.listening.set()
             self.publish(HELLO)  # everyone (us too) re-reads the directory: we are new
             # Something may have been announced while nobody knew where we were.
             self._on_payload("w")
+
+    def _resolve(self, text: str) -> Address | None:
+        """Where to send for a directory row: an address literal as it is, a host name
+        looked up here (not in ``publish``, which must not wait on DNS); None when the
+        row is malformed or the name does not resolve (that peer is polled for)."""
+        parsed = parse_address(text)
+        if parsed is None:
+            return None
+        host, port = parsed
+        try:
+            ipaddress.ip_address(host)
+            return parsed
+        except ValueError:
+            pass
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+        try:
+            found = socket.getaddrinfo(host, port, family, socket.SOCK_DGRAM)
+        except OSError:
+            log.debug("peer address %r does not resolve", text)
+            return None
+        return (str(found[0][4][0]), int(found[0][4][1])) if found else None
 
     # --- receiving ------------------------------------------------------------------------
 
