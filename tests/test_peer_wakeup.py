@@ -315,6 +315,19 @@ def test_a_peer_advertised_by_name_is_looked_up_once_per_refresh(db_url: str) ->
         worker.close()
 
 
+def test_a_port_already_taken_is_a_configuration_error(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        rt = Runtime(f"sqlite:///{tmp_path / 'db.sqlite'}", wakeup_url=f"peer://127.0.0.1:{port}")
+        try:
+            rt.install()
+            with pytest.raises(ConfigurationError, match="cannot listen for peers"):
+                rt.start()
+        finally:
+            rt.close()
+
+
 def test_peer_urls() -> None:
     assert parse_peer_url("peer://") == ("127.0.0.1", 0, None)
     assert parse_peer_url("peer://0.0.0.0:7400?advertise=10.0.0.5") == (

@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..errors import ConfigurationError
 from ..options import parse_peer_url
 from ..store import Store, Tx
 from ..store.notices import MAX_NOTIFY_PAYLOAD, NoticeKey
@@ -132,7 +133,14 @@ class PeerWakeup:
         self._stop.clear()
         family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_DGRAM)
-        sock.bind((self._host, self._port))
+        try:
+            sock.bind((self._host, self._port))
+        except OSError as exc:
+            sock.close()
+            raise ConfigurationError(
+                f"wakeup_url: cannot listen for peers on {self._host}:{self._port} ({exc}); "
+                "another process holds the port, or the address is not this host's"
+            ) from None
         sock.settimeout(0.5)
         self._sock = sock
         host, port = sock.getsockname()[:2]
