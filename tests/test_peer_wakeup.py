@@ -268,7 +268,7 @@ def test_outcomes_travel_whole_only_when_no_datagram_leaves_the_host(
         worker.close()
 
 
-def test_a_stopped_peer_leaves_the_directory(db_url: str) -> None:
+def test_a_stopped_peer_leaves_the_directory_and_comes_back_on_start(db_url: str) -> None:
     rt = Runtime(db_url, workers=0, wakeup_url="peer://")
     try:
         rt.install()
@@ -280,6 +280,10 @@ def test_a_stopped_peer_leaves_the_directory(db_url: str) -> None:
         rt.stop()
         with rt.store.read() as tx:
             assert rt.store.live_peers(tx) == []
+        rt.start()  # started again (a web framework's lifespan per test client)
+        wait_until(rt.kernel.listener.listening.is_set, STEP, "the socket again")
+        with rt.store.read() as tx:
+            assert rt.store.live_peers(tx) == [(rt.owner, rt.kernel.listener.address)]
     finally:
         rt.close()
 
