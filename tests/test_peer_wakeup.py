@@ -82,6 +82,31 @@ def test_a_caller_only_process_is_answered_long_before_the_poll_would_have(
     assert listener.refused == listener.garbage == 0
 
 
+def test_a_killed_worker_still_in_the_directory_costs_latency_never_the_call(
+    cluster: Cluster,
+) -> None:
+    """SIGKILL the worker process holding an actor: its directory row stays live for a
+    lease, so the next call's ``m:`` goes to a dead socket. The survivor takes the
+    actor over (the dead process's session mark is free) and its poll finds the
+    message: the call answers, with its state intact."""
+    rt, listener = peer_caller(cluster)
+    workers = cluster.start_workers(2, workers=2, poll_interval=1.0, wakeup_url="peer://")
+    wait_until(lambda: len(listener.peers) == 3, STEP, "both workers in the directory")
+    tally = rt.ref(Tally, "survivor")
+    assert tally.add(n=1) == 1
+
+    with rt.store.read() as tx:
+        owner = str(tx.scalar("SELECT lease_owner FROM {actors} WHERE actor_id = 'survivor'"))
+        pid = int(
+            tx.scalar(f"SELECT pid FROM {rt.store.prefix}processes WHERE owner = :o", {"o": owner})
+        )
+    workers[pid].kill()
+    assert owner in listener.peers  # still listed: its row has not expired
+    sent = listener.sent
+    assert tally.add(n=1) == 2
+    assert listener.sent > sent
+
+
 class Vault(Actor):
     balance: int = 0
 
