@@ -14,7 +14,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from solid_objects import Actor, Runtime
 from solid_objects.engine.peers import PeerWakeup, parse_address, parse_peer_url
 from solid_objects.errors import ConfigurationError
 from tests.apps.procapp import Tally
+from tests.test_pgbouncer import Pooled, pooler  # noqa: F401 (the fixture)
 from tests.test_processes import STEP, Cluster, wait_until
 
 pytestmark = pytest.mark.slow
@@ -105,6 +106,37 @@ def test_a_killed_worker_still_in_the_directory_costs_latency_never_the_call(
     sent = listener.sent
     assert tally.add(n=1) == 2
     assert listener.sent > sent
+
+
+def test_behind_a_transaction_pooler_peers_wake_what_listen_cannot(
+    pooler: Callable[..., Pooled],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """PostgreSQL through PgBouncer in transaction mode, no direct connection: no
+    LISTEN is possible, yet calls from a caller-only process to worker processes that
+    poll every 10 s answer at once, after the pollers backed off."""
+    pooled = pooler("transaction")
+    options: dict[str, Any] = {"pooler": "transaction", "wakeup_url": "peer://"}
+    cluster = Cluster(tmp_path, pooled.url)
+    try:
+        rt = cluster.caller(**options)
+        rt.start()
+        listener = rt.kernel.listener
+        assert isinstance(listener, PeerWakeup)
+        cluster.start_workers(
+            2, poll_interval=SLOW_POLL, takeover_interval=None, lease_duration=60.0, **options
+        )
+        wait_until(lambda: len(listener.peers) == 3, STEP, "both workers in the directory")
+        assert rt.ref(Tally, "pooled-warm").add(n=1) == 1
+        latencies = []
+        for i in range(2):
+            time.sleep(5.0)
+            started = time.monotonic()
+            assert rt.ref(Tally, f"pooled-{i}").add(n=i) == i
+            latencies.append(time.monotonic() - started)
+        assert sum(latencies) < 2.0, f"{latencies}: the wake-ups did not arrive"
+    finally:
+        cluster.close()
 
 
 class Vault(Actor):
