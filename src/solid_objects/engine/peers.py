@@ -46,6 +46,9 @@ UNVERIFIED_PER_SECOND = 20.0
 #: Shortest time between two reads of the peer directory a hello asks for (seconds).
 _REFRESH_GAP = 0.2
 
+#: Receive buffer asked of the kernel (bytes).
+_RECEIVE_BUFFER = 1 << 20
+
 Address = tuple[str, int]
 
 
@@ -141,6 +144,9 @@ class PeerWakeup:
                 f"wakeup_url: cannot listen for peers on {self._host}:{self._port} ({exc}); "
                 "another process holds the port, or the address is not this host's"
             ) from None
+        # Room for a burst while the receiving thread waits for the GIL (the kernel caps
+        # it at net.core.rmem_max); what overflows is lost, and polled for.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RECEIVE_BUFFER)
         sock.settimeout(0.5)
         self._sock = sock
         host, port = sock.getsockname()[:2]
