@@ -2,7 +2,8 @@
 """Cross-process wake-up latency and idle cost, per wake-up path.
 
 For each path (``poll``: adaptive polling only; ``notify``: PostgreSQL
-LISTEN/NOTIFY; ``redis``: Redis Pub/Sub with ``--redis``) it starts one worker
+LISTEN/NOTIFY; ``redis``: Redis Pub/Sub with ``--redis``; ``peer``: datagrams
+between the processes, ``wakeup_url="peer://"``) it starts one worker
 *process* (``workers=2``, library defaults otherwise, so ``poll_interval=0.5``)
 and a caller-only runtime in this process on the same path, then:
 
@@ -151,6 +152,8 @@ def measure(url: str, path: str, args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {"workers": 2}
     if path == "redis":
         options["wakeup_url"] = args.redis
+    elif path == "peer":
+        options["wakeup_url"] = "peer://"
     if args.poll_interval is not None:
         options["poll_interval"] = args.poll_interval
     shared = {k: v for k, v in options.items() if k != "workers"}
@@ -215,6 +218,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--url", required=True, help="a PostgreSQL or MySQL/MariaDB URL")
     p.add_argument("--redis", help="Redis URL; adds the redis path")
+    p.add_argument("--no-peer", action="store_true", help="skip the peer:// path")
     p.add_argument("--calls", type=int, default=200, help="back-to-back calls (200)")
     p.add_argument("--sporadic-calls", type=int, default=30, help="sporadic calls (30)")
     p.add_argument("--gap", type=float, default=1.0, help="mean seconds between sporadic calls")
@@ -225,6 +229,8 @@ def main() -> None:
     url, cleanup = fresh(args.url)
     postgres = make_url(url).get_backend_name() == "postgresql"
     paths = ["notify" if postgres else "poll"] + (["redis"] if args.redis else [])
+    if not args.no_peer:
+        paths.append("peer")
     try:
         results = [measure(url, path, args) for path in paths]
     finally:

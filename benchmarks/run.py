@@ -16,6 +16,11 @@ Usage::
     .venv/bin/python benchmarks/run.py --quick
     .venv/bin/python benchmarks/run.py --processes 4 --duration 5 \\
         --dbos-python .venv-bench/bin/python --json benchmarks/results/full.json
+    .venv/bin/python benchmarks/run.py --databases mariadb --processes 4 \\
+        --shapes warm --modes call --concurrency 16 --wakeup default,redis,peer
+
+``--wakeup`` runs the whole matrix once per wake-up path (each on its own scratch
+database) and prints their topology cells side by side.
 
 Server URLs come from ``--postgres-url``/``--mysql-url``, else from
 ``SOLID_TEST_POSTGRES_URL``/``SOLID_TEST_MYSQL_URL``, else the local defaults.
@@ -47,6 +52,9 @@ DEFAULT_URLS = {
     "mariadb": os.environ.get("SOLID_TEST_MYSQL_URL") or "mysql+pymysql://root@127.0.0.1:3306/test",
 }
 DATABASES = ("sqlite", "postgresql", "mariadb")
+#: ``--wakeup`` paths: the database's own (NOTIFY on PostgreSQL, polling elsewhere),
+#: Redis Pub/Sub, and datagrams between the processes.
+WAKEUPS = ("default", "redis", "peer")
 
 
 @contextmanager
@@ -173,6 +181,34 @@ def print_side_by_side(reports: dict[str, dict[str, Any]]) -> None:
         print(f"  {kind}: {verdicts}")
 
 
+def report_key(kind: str, wakeup: str, first: str) -> str:
+    """The key of one run's report: the database, and the wake-up path unless first."""
+    return kind if wakeup == first else f"{kind}+{wakeup}"
+
+
+def print_wakeups(reports: dict[str, dict[str, Any]], wakeups: list[str]) -> None:
+    """The topology cells of each wake-up path, side by side per database."""
+    print()
+    print("Wake-up paths: warm/call, worker processes + a caller-only process")
+    print(
+        f"{'database':<10} {'wake-up':<8} {'conc':>4} {'proc':>4} {'ops/s':>8} {'p50':>7} "
+        f"{'p99':>7} {'of in-process':>13} {'of raw':>6}"
+    )
+    for key, report in reports.items():
+        kind, _, wakeup = key.partition("+")
+        wakeup = wakeup or wakeups[0]
+        for cell in report["cells"]:
+            if cell["processes"] == 0 or (cell["shape"], cell["mode"]) != ("warm", "call"):
+                continue
+            local = find(report["cells"], "warm", "call", cell["concurrency"])
+            ratio = None if local is None else cell["ops_per_s"] / local["ops_per_s"]
+            print(
+                f"{kind:<10} {wakeup:<8} {cell['concurrency']:>4} {cell['processes']:>4} "
+                f"{cell['ops_per_s']:>8,.0f} {cell['p50_ms']:>7.1f} {cell['p99_ms']:>7.1f} "
+                f"{fmt(ratio, '>13.3f')} {fmt(cell['fraction_of_raw'], '>6.3f')}"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description="Run bench_calls.py on SQLite, PostgreSQL and MariaDB (each on a fresh "
@@ -193,8 +229,20 @@ def main(argv: list[str] | None = None) -> int:
         help="python of the DBOS virtualenv (default: .venv-bench/bin/python if "
         "it exists; 'none' skips DBOS)",
     )
+    p.add_argument(
+        "--wakeup",
+        default="default",
+        help="comma-separated wake-up paths, each a run of its own on a fresh database: "
+        "default (NOTIFY on PostgreSQL, polling elsewhere), redis (--redis-url), peer "
+        "(wakeup_url='peer://'); reports after the first are keyed database+path",
+    )
+    p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     p.add_argument("--json", type=Path, default=None, help="write all reports here")
     args, passthrough = p.parse_known_args(argv)
+    wakeups = [w.strip() for w in args.wakeup.split(",") if w.strip()]
+    if not wakeups or any(w not in WAKEUPS for w in wakeups):
+        p.error(f"--wakeup: choose from {','.join(WAKEUPS)}")
+    wakeup_urls = {"default": None, "redis": args.redis_url, "peer": "peer://"}
     kinds = [k.strip() for k in args.databases.split(",") if k.strip()]
     bad = [k for k in kinds if k not in DATABASES]
     if bad or not kinds:
@@ -210,28 +258,34 @@ def main(argv: list[str] | None = None) -> int:
     reports: dict[str, dict[str, Any]] = {}
     status = 0
     with tempfile.TemporaryDirectory(prefix="solid-bench-run-") as scratch:
-        for kind in kinds:
+        for kind, wakeup in [(k, w) for k in kinds for w in wakeups]:
             server = {"postgresql": args.postgres_url, "mariadb": args.mysql_url}.get(kind)
-            out = Path(scratch) / f"{kind}.json"
-            print(f"\n##### {kind}", file=sys.stderr)
+            key = report_key(kind, wakeup, wakeups[0])
+            out = Path(scratch) / f"{key}.json"
+            print(f"\n##### {key}", file=sys.stderr)
             try:
                 with scratch_database(kind, server) as url:
                     bench_argv = [*passthrough, "--json", str(out)]
                     if url is not None:
                         bench_argv += ["--url", url]
+                    if wakeup_urls[wakeup] is not None:
+                        bench_argv += ["--wakeup-url", str(wakeup_urls[wakeup])]
                     if dbos_python is not None:
                         bench_argv += ["--dbos-python", dbos_python]
                     status = max(status, bench_calls.main(bench_argv))
             except Exception as exc:  # the other databases still run
-                print(f"{kind}: the run failed: {exc!r}", file=sys.stderr)
+                print(f"{key}: the run failed: {exc!r}", file=sys.stderr)
                 status = 1
                 continue
             report = json.loads(out.read_text())
             report["settings"]["url"] = (
                 kind if url is None else make_url(url).render_as_string(hide_password=True)
             )
-            reports[kind] = report
+            report["settings"]["wakeup"] = wakeup
+            reports[key] = report
     print_side_by_side(reports)
+    if len(wakeups) > 1:
+        print_wakeups(reports, wakeups)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(

@@ -208,6 +208,43 @@ def test_quick_side_by_side_run_on_each_backend(backend: str, tmp_path: Path) ->
     assert len(report["idle"]) == 3
 
 
+def test_quick_topology_runs_on_each_wakeup_path(backend: str, tmp_path: Path) -> None:
+    """``run.py --wakeup default,peer``: the topology cell (4 worker processes and a
+    caller-only process) once on the database's own path and once with datagrams
+    between the processes, each on a scratch database of its own, dropped after."""
+    kind = "mariadb" if backend == "mysql" else backend
+    out = tmp_path / "wakeups.json"
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "run.py"),
+        *("--databases", kind, "--quick", "--shapes", "warm", "--modes", "call"),
+        *("--concurrency", "16", "--calls", "60", "--warmup", "10", "--processes", "4"),
+        *("--idle-seconds", "0.3", "--dbos-python", "none", "--wakeup", "default,peer"),
+        *("--json", str(out)),
+    ]
+    for option, variable in (
+        ("--postgres-url", "SOLID_TEST_POSTGRES_URL"),
+        ("--mysql-url", "SOLID_TEST_MYSQL_URL"),
+    ):
+        if os.environ.get(variable):
+            command += [option, os.environ[variable]]
+    before = scratch_databases(kind)
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert "Wake-up paths" in proc.stdout
+    assert scratch_databases(kind) == before, "a scratch database was not dropped"
+    reports = json.loads(out.read_text())["databases"]
+    assert set(reports) == {kind, f"{kind}+peer"}
+    assert reports[kind]["settings"]["wakeup"] == "default"
+    assert reports[f"{kind}+peer"]["settings"]["wakeup_url"] == "peer://"
+    for key, report in reports.items():
+        cells = {c["processes"]: c for c in report["cells"]}
+        assert set(cells) == {0, 4}, key
+        for cell in cells.values():
+            assert cell["errors"] == 0, key
+            assert positive(cell["ops_per_s"]) and positive(cell["p99_ms"]), key
+
+
 def scratch_databases(kind: str) -> set[str]:
     """Names of the harness's scratch schemas (PostgreSQL) or databases (MariaDB)."""
     if kind == "sqlite":

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any, Literal
+from urllib.parse import parse_qs, urlsplit
 
 from .authorization import KINDS, Policy, check_policies, option_name
 from .codec import check_identifier
@@ -89,8 +91,11 @@ class Options:
     #: Prefix of the library's table names.
     table_prefix: str = "solid_"
     #: Redis URL for cross-process wake-ups (``redis://127.0.0.1:6379/0``), published after
-    #: each commit; for MySQL/MariaDB, which have no NOTIFY. None: NOTIFY on PostgreSQL,
-    #: polling elsewhere. Every process of one deployment should use the same path.
+    #: each commit; for MySQL/MariaDB, which have no NOTIFY. ``peer://`` instead: no
+    #: broker, each process sends its peers signed UDP datagrams (``peer://`` binds
+    #: 127.0.0.1 on a free port; ``peer://0.0.0.0:7400?advertise=10.0.0.5`` for several
+    #: hosts). None: NOTIFY on PostgreSQL, polling elsewhere. Every process of one
+    #: deployment should use the same path.
     wakeup_url: str | None = None
     #: PostgreSQL only: what sits between the runtime and the server. ``"transaction"``
     #: for PgBouncer (or another pooler) in ``pool_mode = transaction``: the runtime then
@@ -277,12 +282,14 @@ class Options:
                 f"directly, not {redact_url(str(self.listen_url))!r}"
             )
         if self.wakeup_url is not None and not re.match(
-            r"(redis|rediss|unix)://", str(self.wakeup_url)
+            r"(redis|rediss|unix|peer)://", str(self.wakeup_url)
         ):
             raise ConfigurationError(
-                "wakeup_url must be a redis://, rediss:// or unix:// URL, not "
+                "wakeup_url must be a redis://, rediss://, unix:// or peer:// URL, not "
                 f"{redact_url(str(self.wakeup_url))!r}"
             )
+        if self.wakeup_url is not None and str(self.wakeup_url).startswith("peer:"):
+            parse_peer_url(str(self.wakeup_url))
         for actor in self.actors or ():
             if not isinstance(actor, type):
                 raise ConfigurationError(f"actors must be Actor classes, not {actor!r}")
@@ -304,3 +311,37 @@ class Options:
         ``retry_max_delay``.
         """
         return float(min(self.retry_base_delay * 2 ** max(attempt - 1, 0), self.retry_max_delay))
+
+
+def parse_peer_url(url: str) -> tuple[str, int, str | None]:
+    """``(bind host, bind port, advertised host or None)`` of a ``peer://`` URL.
+
+    ``peer://`` binds 127.0.0.1 on a free port (one host); ``peer://0.0.0.0:7400?
+    advertise=10.0.0.5`` listens everywhere and tells peers to send to 10.0.0.5.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "peer":
+        raise ConfigurationError(f"not a peer:// URL: {url!r}")
+    try:
+        port = parts.port or 0
+    except ValueError:
+        raise ConfigurationError(f"wakeup_url {url!r}: the port is not a number") from None
+    host = parts.hostname or "127.0.0.1"
+    query = parse_qs(parts.query)
+    unknown = set(query) - {"advertise"}
+    if unknown:
+        raise ConfigurationError(f"wakeup_url {url!r}: unknown parameter {sorted(unknown)[0]}")
+    advertise = query.get("advertise", [None])[-1]
+    if advertise is None and _wildcard(host):
+        raise ConfigurationError(
+            f"wakeup_url {url!r} listens on every interface: add ?advertise=HOST, the "
+            "address other processes reach this one at"
+        )
+    return host, port, advertise
+
+
+def _wildcard(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False

@@ -127,7 +127,12 @@ class Runtime:
         #: What a wake-up from another process does here (``engine/notices.py``).
         self._notices = NoticeDispatch(self.store.notice_key, self._waiters, self._pool)
         self._listener = listener_for(
-            self.store, self.options.wakeup_url, self._notices, self.direct_engine
+            self.store,
+            self.options.wakeup_url,
+            self._notices,
+            self.direct_engine,
+            owner=self.owner,
+            ttl_ms=self.options.lease_ms,
         )
         if self._listener is not None:
             self._client.listening.notified = self._listener.listening.is_set

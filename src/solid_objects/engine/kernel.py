@@ -42,7 +42,8 @@ class Kernel:
         self.client = client
         #: The worker pool (activations, poller, effects), for the engine and tests.
         self.pool = pool
-        #: The wake-up listener (PostgreSQL ``LISTEN`` or Redis), or None: polling only.
+        #: The wake-up listener (PostgreSQL ``LISTEN``, Redis or peer datagrams), or None:
+        #: polling only.
         self.listener = listener
         #: What a payload from the wake-up channel does here.
         self.notices = notices

@@ -1,4 +1,4 @@
-"""Cross-process wake-ups: PostgreSQL ``LISTEN/NOTIFY``, or Redis Pub/Sub.
+"""Cross-process wake-ups: PostgreSQL ``LISTEN/NOTIFY``, Redis Pub/Sub, or peers.
 
 Commits that another process may be waiting for announce themselves: ``w``
 when an actor has new work nobody here holds, ``d:<id>`` when a message
@@ -8,8 +8,10 @@ database; the way for MySQL/MariaDB) the store hands each payload to
 :class:`RedisWakeup` *after* the commit, which publishes it from a thread of
 its own. Either way one subscribing connection per runtime, outside the pool,
 hands each payload to ``engine/notices.py`` (which acts on it; the payloads
-themselves are ``store/notices.py``'s). Polling stays the durable fallback: a lost
-notification, or a broker that is down, only costs latency.
+themselves are ``store/notices.py``'s). With ``wakeup_url="peer://"`` processes
+send each other datagrams instead (``engine/peers.py``). Polling stays the
+durable fallback: a lost notification, or a broker that is down, only costs
+latency.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sqlalchemy import Engine, text
 
 from ..errors import ConfigurationError
+from .peers import PeerWakeup
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -56,16 +59,28 @@ def listener_for(
     wakeup_url: str | None,
     on_payload: Callable[[str], None],
     direct: Engine | None = None,
+    owner: str | None = None,
+    ttl_ms: int = 30_000,
 ) -> Listener | None:
-    """The wake-up path of a runtime: Redis if configured, else NOTIFY on PostgreSQL.
+    """The wake-up path of a runtime: peers or Redis if configured, else NOTIFY on
+    PostgreSQL.
 
-    With Redis, the store is told to publish after each commit instead of notifying.
+    With peers (``peer://``, ``engine/peers.py``) or Redis, the store is told to
+    publish after each commit instead of notifying; ``owner`` names this process in
+    the peer directory, whose row lives ``ttl_ms`` unless renewed.
     Other databases without ``wakeup_url`` have no listener: they poll. LISTEN runs on
     ``direct`` (``listen_url``) when given; behind a transaction pooler without it
     there is no listener: a LISTEN there lands on a server session the pooler hands
     to other clients, and this process would never hear a NOTIFY while believing it
     listens (:func:`wakeup_path` says so).
     """
+    if wakeup_url is not None and wakeup_url.startswith("peer:"):
+        if owner is None:
+            raise ConfigurationError("peer wake-ups need the owner of this process")
+        peers = PeerWakeup(store, wakeup_url, owner, on_payload, ttl_ms)
+        store.publish = peers.publish
+        store.publish_outcomes = peers.local_only
+        return peers
     if wakeup_url is not None:
         redis = RedisWakeup(wakeup_url, lambda: store.channel, on_payload)
         store.publish = redis.publish
@@ -86,6 +101,8 @@ def listener_for(
 
 def wakeup_path(store: Store, wakeup_url: str | None, direct: Engine | None) -> str:
     """Which wake-up path :func:`listener_for` chose, and why (for the doctor)."""
+    if wakeup_url is not None and wakeup_url.startswith("peer:"):
+        return "datagrams between peers (wakeup_url=peer://), polling as fallback"
     if wakeup_url is not None:
         return "Redis Pub/Sub (wakeup_url)"
     if store.dialect.notify_sql is None:

@@ -147,7 +147,8 @@ def prefix_upper_bound(prefix: str) -> str | None:
 
 
 class AdminStatements(StorePart):
-    """Mixin: needs ``prefix``, ``dialect``, ``engine``, ``enqueue`` and ``notify`` of Store."""
+    """``store.admin``: the administration API's reads and repairs (re-sent dead letters go
+    through ``store.mailbox``)."""
 
 
     def _admin(self, template: str) -> str:

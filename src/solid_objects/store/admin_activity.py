@@ -70,7 +70,7 @@ def _actor_message(r: Sequence[Any]) -> ActorMessageRow:
 
 
 class ActivityStatements(StorePart):
-    """Mixin of read-only statements; needs nothing but ``Tx``."""
+    """``store.activity``: read-only statements over finished messages."""
 
     def activity_counts(self, tx: Tx, *, since: int, bucket_ms: int) -> list[ActivityCounts]:
         """Finished messages per bucket of ``bucket_ms`` from ``since`` (epoch ms), oldest first.

@@ -48,7 +48,7 @@ _DESTROYED = '{"destroyed":true}'
 
 
 class BroadcastStatements(StorePart):
-    """Mixin: needs ``notify``, ``read`` and ``transact`` from the store."""
+    """``store.broadcasts``: the rows realtime subscribers read, and their pruning."""
 
 
     def prune_broadcasts(self, cutoff: int) -> int:

@@ -34,7 +34,7 @@ ReminderChange = Literal["pause", "resume", "cancel", "run_now"]
 
 
 class ControlStatements(StorePart):
-    """Mixin: plain statements over ``{actors}`` and ``{reminders}``."""
+    """``store.control``: plain statements over ``{actors}`` and ``{reminders}``."""
 
     # --- actors ---------------------------------------------------------------------
 

@@ -56,7 +56,7 @@ _COLS = ", ".join(f"a.{c.strip()}" for c in ACTOR_COLS.split(","))
 
 
 class IdleStatements(StorePart):
-    """Mixin: reads and deletes over ``{actors}`` with the rules above."""
+    """``store.idle``: reads and deletes over ``{actors}`` with the rules above."""
 
 
     def _idle(self, template: str) -> str:

@@ -127,8 +127,7 @@ def _enqueue_statement(*, claim: bool, limited: bool, notify: bool) -> str:
 
 
 class MailboxStatements(StorePart):
-    """Mixin: needs ``dialect``, ``notify``, ``publish``, ``channel`` and ``load_claimed``
-    from the store."""
+    """``store.mailbox``: appending messages to actors' mailboxes, and cancelling them."""
 
 
 

@@ -90,8 +90,8 @@ def _in(names: Sequence[str], prefix: str) -> tuple[str, dict[str, Any]]:
 
 
 class OutboxStatements(StorePart):
-    """Mixin: needs ``enqueue`` and ``enqueue_later`` from the mailbox statements and
-    ``write_broadcast`` from the broadcast statements."""
+    """``store.outbox``: a turn's staged effects, reminders and messages (the messages
+    through ``store.mailbox``, the broadcast row through ``store.broadcasts``)."""
 
 
     # --- writing what a turn staged -------------------------------------------------

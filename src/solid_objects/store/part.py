@@ -42,6 +42,10 @@ class StorePart:
         return self.store.publish
 
     @property
+    def publish_outcomes(self) -> bool:
+        return self.store.publish_outcomes
+
+    @property
     def session_engine(self) -> Engine | None:
         return self.store.session_engine
 

@@ -73,7 +73,8 @@ def _process(r: Sequence[Any]) -> ProcessRow:
 
 
 class ProcessStatements(StorePart):
-    """Mixin: statements over ``{processes}`` (and the leases and claims it names)."""
+    """``store.processes``: statements over ``{processes}`` (and the leases and claims it
+    names)."""
 
 
     def _proc(self, template: str) -> str:

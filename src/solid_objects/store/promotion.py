@@ -15,7 +15,8 @@ from .part import StorePart
 
 
 class PromotionStatements(StorePart):
-    """Mixin: needs ``dialect``, ``notify`` and ``reply_destroyed`` from the store."""
+    """``store.promotion``: delayed messages entering their mailboxes when due (a
+    destroyed target's requests answered through ``store.replies``)."""
 
 
     def due_scheduled(

@@ -35,7 +35,7 @@ _DESTROYED = json.dumps(
 
 
 class ReplyStatements(StorePart):
-    """Mixin: needs ``enqueue_later`` from the store."""
+    """``store.replies``: a request's answer, sent through ``store.mailbox``."""
 
 
     def send_reply(

@@ -64,7 +64,7 @@ RULES: dict[PruneKind, tuple[str, str, str]] = {
 
 
 class RetentionStatements(StorePart):
-    """Mixin: needs ``read`` and ``transact`` of Store for the batched :meth:`prune_older`."""
+    """``store.retention``: the rules and batched deletes of pruning."""
 
 
     def prune_older(

@@ -32,7 +32,7 @@ from .dialect import Dialect
 from .notices import KEY_NAME, new_secret
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 
 
 def _ident(length: int) -> String:
@@ -270,6 +270,15 @@ def build_metadata(prefix: str) -> MetaData:
         Column("value", String(128), nullable=False),
     )
     Table(
+        f"{prefix}peers",
+        md,
+        # Where each process of a ``wakeup_url="peer://"`` deployment receives wake-up
+        # datagrams (schema 16): ``host:port``, renewed before ``expires_at``.
+        Column("owner", String(64), primary_key=True),
+        Column("address", String(300), nullable=False),
+        Column("expires_at", BigInteger, nullable=False),
+    )
+    Table(
         f"{prefix}journal",
         md,
         # The per-turn journal of actor classes that set ``journaled = True`` (schema
@@ -490,6 +499,11 @@ def _migrate_to_15(conn: Connection, md: MetaData) -> None:
     _create(conn, md, "journal", "projections")
 
 
+def _migrate_to_16(conn: Connection, md: MetaData) -> None:
+    """Broker-less wake-ups: ``peers``, the address of each process's datagram socket."""
+    _create(conn, md, "peers")
+
+
 def _mysql_json(conn: Connection, table: str) -> bool:
     """Whether ``state`` is JSON already: MySQL says so in its column type, MariaDB
     (where JSON is LONGTEXT checked by ``JSON_VALID``) in a check constraint."""
@@ -540,6 +554,7 @@ MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_13,
     _migrate_to_14,
     _migrate_to_15,
+    _migrate_to_16,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

@@ -36,6 +36,7 @@ from .journal import JournalStatements
 from .mailbox import MailboxStatements
 from .notices import KEY_NAME, NoticeKey
 from .outbox import OutboxStatements
+from .peers import PeerStatements
 from .processes import ProcessStatements
 from .projections import ProjectionStatements
 from .promotion import PromotionStatements
@@ -129,6 +130,9 @@ class Store:
         #: Set when wake-ups go through a broker outside the database (Redis): called
         #: with each ``notify`` payload once its transaction has committed.
         self.publish: Callable[[str], None] | None = None
+        #: Whether ``publish`` may carry outcomes (results), not only their ids: set for
+        #: datagrams that stay on this host (``engine/peers.py``).
+        self.publish_outcomes = False
         self._pending = threading.local()
         self._writer = (
             GroupWriter(engine, self.sql, self.dialect.begin_sql)
@@ -151,6 +155,7 @@ class Store:
         self.promotion = PromotionStatements(self)
         self.broadcasts = BroadcastStatements(self)
         self.processes = ProcessStatements(self)
+        self.peers = PeerStatements(self)
         self.control = ControlStatements(self)
         self.idle = IdleStatements(self)
         self.retention = RetentionStatements(self)

@@ -14,7 +14,7 @@ from .part import StorePart
 
 
 class TracebackStatements(StorePart):
-    """Mixin; needs nothing but ``Tx``."""
+    """``store.tracebacks``: a failure's traceback kept with its message or effect."""
 
     def record_traceback(
         self, tx: Tx, kind: Literal["messages", "effects"], row_id: str, text: str | None

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
 
 class TurnStatements(StorePart):
-    """Mixin: needs ``dialect``, ``channel``, ``notify``, ``head_message``,
-    ``write_staged`` and ``_retrying`` from the store."""
+    """``store.turns``: a turn's fenced commit (its staged work through ``store.outbox``,
+    a request's answer through ``store.replies``)."""
 
 
     _FENCE = (
@@ -305,8 +305,9 @@ class TurnStatements(StorePart):
         self, message_id: str, status: str, result: str | None, error: str | None
     ) -> str:
         """What a finished message announces: through a broker outside the database
-        (Redis) only the id travels; through NOTIFY the signed outcome, when it fits."""
-        if self.publish is not None:
+        (Redis) only the id travels; through NOTIFY, or datagrams that never leave
+        this host (``publish_outcomes``), the signed outcome, when it fits."""
+        if self.publish is not None and not self.publish_outcomes:
             return done_hint(message_id)
         return outcome_notice(self.notice_key, message_id, status, result, error)
 
