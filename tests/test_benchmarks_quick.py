@@ -389,6 +389,36 @@ def test_request_benchmark_runs_both_shapes(tmp_path: Path) -> None:
         assert positive(cell["round_trips_per_s"]) and positive(cell["statements_per_round_trip"])
 
 
+def test_lone_send_benchmark_measures_both_modes(tmp_path: Path) -> None:
+    """``bench_lone_send.py`` on SQLite, small: both modes have a wall time and a CPU
+    time per send (the one-statement path exists on PostgreSQL only)."""
+    out = tmp_path / "lone.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_lone_send.py"),
+            "--databases",
+            "sqlite",
+            "--sends",
+            "20",
+            "--passes",
+            "1",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    (result,) = json.loads(out.read_text())
+    assert result["available"] is False
+    assert set(result["cells"]) == {"one statement", "transaction"}
+    for cell in result["cells"].values():
+        assert positive(cell["wall_us_per_send"]) and positive(cell["cpu_us_per_send"])
+
+
 def test_quick_scaling_study_runs_every_study(tmp_path: Path) -> None:
     """``scaling.py --quick``: every study yields numbers and the drained counter is exact."""
     out = tmp_path / "scaling.json"

@@ -90,15 +90,15 @@ def _timed(rt: Runtime, *operations: str) -> None:
 def _transactions(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
     """Count write transactions started from each thread (by kind)."""
     seen: dict[str, list[int]] = {"transact": [], "transact_future": [], "finish_direct": []}
-    store = rt.store
     for name in seen:
-        original = getattr(store, name)
+        owner = rt.store.turns if name == "finish_direct" else rt.store
+        original = getattr(owner, name)
 
         def counted(*args: Any, _name: str = name, _original: Any = original, **kw: Any) -> Any:
             seen[_name].append(threading.get_ident())
             return _original(*args, **kw)
 
-        monkeypatch.setattr(store, name, counted)
+        monkeypatch.setattr(owner, name, counted)
     return seen
 
 

@@ -348,7 +348,7 @@ def test_two_runtimes_batching_opposite_orders_do_not_deadlock(
                     pass
             return done
 
-        rt.store.enqueue = meeting  # type: ignore[method-assign]
+        rt.store.mailbox.enqueue = meeting  # type: ignore[method-assign]
     futures = []
     for rt, gate, order in zip(callers, gates, (["X", "Y"], ["Y", "X"]), strict=True):
         sends = [lambda rt=rt: rt.ref(BatchedInbox, "lead").add.send(item=9)]
