@@ -44,6 +44,24 @@ class LimitStatements(StorePart):
         counts = self.active(tx, sorted(limits))
         return sorted(t for t, n in counts.items() if n >= limits[t])
 
+    def held_back(self, tx: Tx, limits: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+        """Per limited type: its turns running now, and its actors with due work and
+        no lease that wait because the type is at its limit (0 while it is not)."""
+        counts = self.active(tx, sorted(limits))
+        full = sorted(t for t, n in counts.items() if n >= limits[t])
+        waiting: dict[str, int] = {}
+        if full:
+            names = ", ".join(f":t{i}" for i in range(len(full)))
+            rows = tx.rows(
+                "SELECT actor_type, COUNT(*) FROM {actors} WHERE ready_at <= {now} "
+                "AND paused = 0 AND next_seq > done_seq + 1 "
+                "AND (lease_owner IS NULL OR lease_expires_at <= {now}) "
+                f"AND actor_type IN ({names}) GROUP BY actor_type",
+                {f"t{i}": t for i, t in enumerate(full)},
+            )
+            waiting = {str(r[0]): int(r[1]) for r in rows}
+        return {t: (counts.get(t, 0), waiting.get(t, 0)) for t in sorted(limits)}
+
     def lock_type(self, tx: Tx, actor_type: str) -> None:
         """Hold the type's lock row until the transaction ends (made on first use)."""
         lock = "SELECT actor_type FROM " + self.prefix + "type_locks WHERE actor_type = :t"
