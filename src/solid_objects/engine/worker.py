@@ -560,6 +560,7 @@ class WorkerPool(DirectTurns):
                     # A limited type's lease is one turn: the type's live leases are
                     # its turns running now, and its other actors get their turn.
                     self._drop(act, release=True)
+                    self.poller.wake()  # a slot is free: claim the next one now
                     continue
                 if i + 1 < len(pending) and pending[i + 1][0] is act:
                     continue  # the activation's chain goes on: decide after its last turn
