@@ -272,6 +272,9 @@ class ActorDefinition:
     projections: Projections | None = None
     #: Whether each finished turn is written to the journal (``journaled = True``).
     journaled: bool = False
+    #: At most this many actors of the type run a turn at once over every process
+    #: (``max_active_turns = N``); None: no limit.
+    max_active_turns: int | None = None
 
     #: Each state field's Python type when every field is a plain ``int``, ``str`` or
     #: ``bool`` (no constraint, no validator); None otherwise. See :meth:`reload_into`.
@@ -502,7 +505,18 @@ def build_definition(cls: type, base: type) -> ActorDefinition:
         observables=build_observables(cls, getattr(cls, "observables", ()), normalized, payloads),
         projections=build_projections(cls, actor_type),
         journaled=_journaled(cls),
+        max_active_turns=_max_active_turns(cls),
     )
+
+
+def _max_active_turns(cls: type) -> int | None:
+    """The class setting ``max_active_turns`` (a positive int, or None: no limit)."""
+    value = getattr(cls, "max_active_turns", None)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise _fail(cls, f"max_active_turns must be a positive int or None, not {value!r}")
+    return value
 
 
 def _journaled(cls: type) -> bool:

@@ -389,7 +389,8 @@ def _connections(runtime: Runtime, checks: list[Check]) -> None:
         outside.append(f"1 session mark{where} while workers run")
     detail = (
         f"at most {size + overflow + len(outside)}: pool_size {size} + pool_overflow "
-        f"{overflow}" + "".join(f" + {part}" for part in outside)
+        f"{overflow}"
+        + "".join(f" + {part}" for part in outside)
         + f"; now {open_now} open in the pool, {in_use} in use"
     )
     checks.append(Check("connections", "ok", detail))
@@ -403,6 +404,7 @@ def _backlog(runtime: Runtime, checks: list[Check]) -> None:
         stranded = store.processes.unserved_type_counts(tx)
         unhandled = store.processes.unhandled_effect_counts(tx)
         incapable = store.processes.waiting_for_capability(tx)
+        limited = store.limits.held_back(tx, runtime.registry.turn_limits())
     stranded.pop(SolidObjectsDoctorProbe.actor_type, None)  # a probe of a doctor that died
     dead = sum(c.dead_letters for c in counts)
     dead_effects = sum(c.effects_dead for c in counts)
@@ -435,8 +437,7 @@ def _backlog(runtime: Runtime, checks: list[Check]) -> None:
             + (
                 "with none live, they wait forever (incapable_timeout=None)"
                 if timeout is None
-                else f"with none live for {timeout:g}s (incapable_timeout) each is a dead "
-                "letter"
+                else f"with none live for {timeout:g}s (incapable_timeout) each is a dead letter"
             )
         )
     if unhandled:
@@ -453,6 +454,13 @@ def _backlog(runtime: Runtime, checks: list[Check]) -> None:
                 else f"after {timeout:g}s unhandled (unhandled_effect_timeout) each is dead "
                 "and its on_failure callback runs"
             )
+        )
+    if limited:
+        # Not a warning: a type at its limit is the limit doing its work.
+        detail += "; turn limits (max_active_turns): " + ", ".join(
+            f"{t} {active}/{runtime.registry.turn_limits()[t]} running, "
+            f"{waiting} waiting for the limit"
+            for t, (active, waiting) in limited.items()
         )
     if any(orphans):
         detail += f"; orphaned rows (messages, reminders, effects): {orphans}"

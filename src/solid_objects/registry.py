@@ -26,6 +26,7 @@ class Registry:
         self._catalogue = catalogue
         self._seen: tuple[int, int] = (-1, -1)  # (registrations, catalogue version)
         self._types: tuple[str, ...] = ()
+        self._limits: tuple[tuple[str, ...], dict[str, int]] = ((), {})
 
     @property
     def restricted(self) -> bool:
@@ -88,6 +89,21 @@ class Registry:
                 names.update(self._catalogue.resolve()[0])
             self._types, self._seen = tuple(sorted(names)), seen
         return self._types
+
+    def turn_limits(self) -> dict[str, int]:
+        """``max_active_turns`` of each served type that sets one; cheap (every poll)."""
+        types = self.types()
+        if self._limits[0] is not types:
+            limits: dict[str, int] = {}
+            for name in types:
+                try:
+                    limit = self.get(name).max_active_turns
+                except UnknownActorType:
+                    continue
+                if limit is not None:
+                    limits[name] = limit
+            self._limits = (types, limits)
+        return self._limits[1]
 
     def ambiguous(self) -> dict[str, list[str]]:
         """Catalogue types defined by several classes and not registered (none served)."""

@@ -358,7 +358,10 @@ class Client:
     ) -> Future[Enqueued]:
         """Enqueue arguments already encoded and authorized."""
         self.ensure_schema()
-        claim = self.pool.running and self.options.workers > 0
+        # A type with a turn limit is claimed by the poller alone, under its type lock.
+        claim = (
+            self.pool.running and self.options.workers > 0 and definition.max_active_turns is None
+        )
 
         # An actor this process holds: no claim to consider (two statements).
         held = (

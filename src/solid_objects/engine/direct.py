@@ -98,6 +98,9 @@ class DirectTurns:
             if (
                 act is None
                 or act.status != "idle"
+                # A limited type's turn runs only under a claim counted against its
+                # limit (``store.limits``); its actors are never held idle anyway.
+                or (act.definition is not None and act.definition.max_active_turns is not None)
                 or act.head is not None
                 or act.inbox
                 or act.check_mailbox

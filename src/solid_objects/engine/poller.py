@@ -79,9 +79,16 @@ class Poller:
         ``now_ms`` (a test clock) makes heads held back by a retry's backoff due.
         """
         pool = self.pool
+        types = pool.registry.types()
+        limits = pool.registry.turn_limits()
         with self.store.read() as tx:
+            if limits:
+                # A type at its limit is not looked at: its queued actors would fill
+                # the round and hold up every other type's.
+                full = set(self.store.limits.saturated(tx, limits))
+                types = tuple(t for t in types if t not in full)
             ready = self.store.find_ready(
-                tx, pool.owner, capacity + pool.held(), pool.registry.types(), now_ms=now_ms
+                tx, pool.owner, capacity + pool.held(), types, now_ms=now_ms
             )
         woken = pool.woken
         claimable = []
@@ -106,6 +113,10 @@ class Poller:
         if not claimable:
             return found
 
+        # A limited type's claim locks its type first, in a transaction of its own.
+        limited = [r for r in claimable if r.key[0] in limits]
+        claimable = [r for r in claimable if r.key[0] not in limits]
+
         def claim_all(tx: Tx) -> list[Claimed]:
             got = (
                 self.store.claim(
@@ -115,23 +126,34 @@ class Poller:
             )
             return [c for c in got if c is not None]
 
-        try:
-            claimed = self.store.transact(claim_all)
-        except DB_ERRORS:
-            if len(claimable) == 1:
-                raise
-            claimed = self._claim_apart(claimable, now_ms)
+        claimed: list[Claimed] = []
+        if claimable:
+            try:
+                claimed = self.store.transact(claim_all)
+            except DB_ERRORS:
+                if len(claimable) == 1:
+                    raise
+                claimed = self._claim_apart(claimable, now_ms)
+        if limited:
+            claimed += self._claim_apart(limited, now_ms, limits)
         faults.point("claim.committed")
         for c in claimed:
             pool.adopt(c)
         return found + len(claimed)
 
-    def _claim_apart(self, claimable: list[ReadyActor], now_ms: int | None) -> list[Claimed]:
-        """The batch of claims failed (one actor's row locked past ``busy_timeout``, a
-        trigger...): claim each alone, so that one actor never holds up the others."""
+    def _claim_apart(
+        self,
+        claimable: list[ReadyActor],
+        now_ms: int | None,
+        limits: dict[str, int] | None = None,
+    ) -> list[Claimed]:
+        """Claim each alone: after a batch of claims failed (one actor's row locked
+        past ``busy_timeout``, a trigger...), so that one actor never holds up the
+        others; and for limited types (``limits``), whose claim locks the type first."""
         pool = self.pool
         claimed: list[Claimed] = []
         for r in claimable:
+            limit = None if limits is None else limits.get(r.key[0])
             claim = functools.partial(
                 self.store.claim,
                 pk=r.pk,
@@ -139,6 +161,7 @@ class Poller:
                 owner=pool.owner,
                 lease_ms=self.options.lease_ms,
                 now_ms=now_ms,
+                type_limit=None if limit is None else (r.key[0], limit),
             )
             try:
                 got = self.store.transact(claim)

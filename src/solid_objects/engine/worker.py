@@ -529,9 +529,8 @@ class WorkerPool(DirectTurns):
                     else:
                         self._finish(act, requeue=False)
                     continue
-                self._start(
-                    act, pending, started, self.options.max_turns_per_activation - turns[act]
-                )
+                allowed = self.options.max_turns_per_activation - turns[act]
+                self._start(act, pending, started, 1 if _limited(act) else allowed)
             if not pending:
                 break
             faults.point("turn.executed")
@@ -556,6 +555,12 @@ class WorkerPool(DirectTurns):
                         message.id, Outcome(outcome.kind, outcome.result, outcome.error)
                     )
                 if not kept:
+                    continue
+                if _limited(act):
+                    # A limited type's lease is one turn: the type's live leases are
+                    # its turns running now, and its other actors get their turn.
+                    self._drop(act, release=True)
+                    self.poller.wake()  # a slot is free: claim the next one now
                     continue
                 if i + 1 < len(pending) and pending[i + 1][0] is act:
                     continue  # the activation's chain goes on: decide after its last turn
@@ -697,7 +702,7 @@ class WorkerPool(DirectTurns):
 
     def _release_if_empty(self, act: Activation) -> None:
         """A claimed actor with nothing to run: keep it cached, or give it back if fresh."""
-        if act.instance is None and act.definition is None:
+        if (act.instance is None and act.definition is None) or _limited(act):
             self._drop(act, release=True)
         else:
             self._finish(act, requeue=False)
@@ -823,3 +828,8 @@ class WorkerPool(DirectTurns):
         if not self.running:
             self.release_all()
         return total
+
+
+def _limited(act: Activation) -> bool:
+    """Whether the actor's type limits its concurrent turns (``max_active_turns``)."""
+    return act.definition is not None and act.definition.max_active_turns is not None

@@ -280,6 +280,14 @@ class _RuntimeCollector(Collector):
                     "How long the actor waiting longest for a worker has had queued work.",
                 ),
                 ("dead_letters", "Dead letters no operator has retried or discarded yet."),
+                (
+                    "active_turns",
+                    "Turns of a type with max_active_turns running now over every process.",
+                ),
+                (
+                    "waiting_for_turn_limit",
+                    "Actors with due work waiting because their type is at max_active_turns.",
+                ),
             ):
                 families[name] = GaugeMetricFamily(f"{ns}_{name}", text, labels=["actor_type"])
             families["unhandled_effects"] = GaugeMetricFamily(
@@ -303,6 +311,7 @@ class _RuntimeCollector(Collector):
                 with store.read() as tx:
                     rows = type_gauges(tx, store.prefix)
                     unhandled = store.processes.unhandled_effect_counts(tx)
+                    limited = store.limits.held_back(tx, self._runtime.registry.turn_limits())
             except Exception as exc:  # a scrape must not fail because the database did
                 log.warning("metrics: cannot read the database gauges: %r", exc)
                 return [families["activations"]]
@@ -313,4 +322,7 @@ class _RuntimeCollector(Collector):
                 families["actors_with_work"].add_metric([g.actor_type], g.actors_with_work)
                 families["oldest_ready_seconds"].add_metric([g.actor_type], g.oldest_ready_seconds)
                 families["dead_letters"].add_metric([g.actor_type], g.dead_letters)
+            for actor_type, (active, waiting) in limited.items():
+                families["active_turns"].add_metric([actor_type], active)
+                families["waiting_for_turn_limit"].add_metric([actor_type], waiting)
         return list(families.values())

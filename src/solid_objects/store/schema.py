@@ -32,7 +32,7 @@ from .dialect import Dialect
 from .notices import KEY_NAME, new_secret
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 16
+SCHEMA_VERSION = 17
 
 
 def _ident(length: int) -> String:
@@ -303,6 +303,14 @@ def build_metadata(prefix: str) -> MetaData:
         Column("table_name", String(64), nullable=False),
         Column("fingerprint", String(64), nullable=False),
     )
+    Table(
+        f"{prefix}type_locks",
+        md,
+        # One row per actor type with a ``max_active_turns`` (schema 16): a claim of
+        # such a type locks it, so two processes never both count the live claims
+        # below the limit and both take one.
+        Column("actor_type", _ident(128), primary_key=True),
+    )
     define_admin_tables(md, prefix)
     for table in md.tables.values():
         # Every text column compares byte by byte on MySQL/MariaDB, not only the ones
@@ -504,6 +512,11 @@ def _migrate_to_16(conn: Connection, md: MetaData) -> None:
     _create(conn, md, "peers")
 
 
+def _migrate_to_17(conn: Connection, md: MetaData) -> None:
+    """The per-type lock rows of classes that limit their concurrent turns."""
+    _create(conn, md, "type_locks")
+
+
 def _mysql_json(conn: Connection, table: str) -> bool:
     """Whether ``state`` is JSON already: MySQL says so in its column type, MariaDB
     (where JSON is LONGTEXT checked by ``JSON_VALID``) in a check constraint."""
@@ -555,6 +568,7 @@ MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_14,
     _migrate_to_15,
     _migrate_to_16,
+    _migrate_to_17,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

@@ -33,6 +33,7 @@ from .control import ControlStatements
 from .dialect import Dialect, Tx, dialect_for
 from .idle import IdleStatements
 from .journal import JournalStatements
+from .limits import LimitStatements
 from .mailbox import MailboxStatements
 from .notices import KEY_NAME, NoticeKey
 from .outbox import OutboxStatements
@@ -162,6 +163,7 @@ class Store:
         self.tracebacks = TracebackStatements(self)
         self.admin = AdminStatements(self)
         self.activity = ActivityStatements(self)
+        self.limits = LimitStatements(self)
 
     @functools.cached_property
     def actors_table(self) -> Table:
@@ -458,8 +460,13 @@ class Store:
         lease_ms: int,
         *,
         now_ms: int | None = None,
+        type_limit: tuple[str, int] | None = None,
     ) -> Claimed | None:
         """Take a free or expired lease (compare-and-set on the generation).
+
+        ``type_limit`` (the actor's type and its ``max_active_turns``): claim only if
+        fewer other actors of the type hold a live lease, counted under the type's lock
+        (``store.limits``); a limited claim must be its transaction's first statement.
 
         ``now_ms`` (a test clock) decides whether a held-back head is due, as in
         :meth:`find_ready`.
@@ -470,6 +477,8 @@ class Store:
         paused past the lease, or its commit failed), and a pause must not use up the
         message's attempts.
         """
+        if type_limit is not None and not self.limits.room(tx, *type_limit, pk):
+            return None
         lease = Lease(pk, owner, new_token(), generation + 1)
         changed = tx.run(
             # attempt first: MySQL evaluates SET assignments left to right, so a later
