@@ -32,7 +32,7 @@ from .dialect import Dialect
 from .notices import KEY_NAME, new_secret
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 
 
 def _ident(length: int) -> String:
@@ -179,6 +179,8 @@ def build_metadata(prefix: str) -> MetaData:
         Column("traceparent", String(55), nullable=True),
         # The formatted traceback of the last failed attempt (schema 12), bounded, redacted.
         Column("traceback", _big_text(), nullable=True),
+        # When the current attempt was claimed (schema 16; NULL: never claimed since).
+        Column("started_at", BigInteger, nullable=True),
         Index(f"{prefix}effects_actor", "actor_pk"),
         Index(
             f"{prefix}effects_due",
@@ -293,6 +295,21 @@ def build_metadata(prefix: str) -> MetaData:
         Column("actor_type", _ident(128), primary_key=True),
         Column("table_name", String(64), nullable=False),
         Column("fingerprint", String(64), nullable=False),
+    )
+    Table(
+        f"{prefix}effect_limits",
+        md,
+        # Flow control of one effect name (schema 16, store/effect_limits.py): the limits
+        # the last process to start declared, and the database-clock times of the latest
+        # starts (a JSON list, at most rate_count of them). Its row lock serializes the
+        # claimers of the name on every process.
+        Column("name", _ident(255), primary_key=True),
+        Column("rate_count", Integer, nullable=True),
+        Column("rate_per_ms", BigInteger, nullable=True),
+        Column("max_concurrent", Integer, nullable=True),
+        Column("recent_starts", _big_text(), nullable=True),
+        Column("declared_by", String(64), nullable=True),
+        Column("updated_at", BigInteger, nullable=False),
     )
     define_admin_tables(md, prefix)
     for table in md.tables.values():
@@ -490,6 +507,17 @@ def _migrate_to_15(conn: Connection, md: MetaData) -> None:
     _create(conn, md, "journal", "projections")
 
 
+def _migrate_to_16(conn: Connection, md: MetaData) -> None:
+    """Flow control of effects: the ``effect_limits`` table and ``effects.started_at``
+    (when the current attempt was claimed). Rows written before it have NULL there."""
+    from sqlalchemy import inspect
+
+    _create(conn, md, "effect_limits")
+    table = f"{md.info['prefix']}effects"
+    if "started_at" not in {c["name"] for c in inspect(conn).get_columns(table)}:
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN started_at BIGINT NULL"))
+
+
 def _mysql_json(conn: Connection, table: str) -> bool:
     """Whether ``state`` is JSON already: MySQL says so in its column type, MariaDB
     (where JSON is LONGTEXT checked by ``JSON_VALID``) in a check constraint."""
@@ -540,6 +568,7 @@ MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_13,
     _migrate_to_14,
     _migrate_to_15,
+    _migrate_to_16,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

@@ -30,6 +30,7 @@ from .admin import AdminStatements
 from .broadcasts import BroadcastStatements
 from .control import ControlStatements
 from .dialect import Dialect, Tx, dialect_for
+from .effect_limits import EffectLimitStatements
 from .idle import IdleStatements
 from .journal import JournalStatements
 from .mailbox import MailboxStatements
@@ -111,6 +112,7 @@ class Store(
     MailboxStatements,
     PromotionStatements,
     OutboxStatements,
+    EffectLimitStatements,
     ReplyStatements,
     AdminStatements,
     ControlStatements,
