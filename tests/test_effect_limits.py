@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 from solid_objects import Actor, Rate, Runtime
-from solid_objects.errors import ConfigurationError
+from solid_objects.errors import ConfigurationError, Unauthorized
 from tests.apps.limitapp import LimitedOutbox
 
 from .test_processes import STEP, Cluster, wait_until
@@ -151,6 +152,45 @@ def test_the_status_names_the_limit_that_holds_effects_back(
         1,
     )
     assert rt.kernel.pool.effects.held_back == {"probe_send": "rate"}
+
+
+def test_doctor_the_admin_api_the_dashboard_and_the_metrics_show_the_waiting(
+    limited: Callable[..., Runtime],
+) -> None:
+    import prometheus_client  # the dev extra
+
+    from solid_objects.admin import allow
+    from solid_objects.observability import PrometheusMetrics, observe
+    from solid_objects.web import dashboard
+
+    with warnings.catch_warnings():  # Starlette 1.x prefers httpx2; httpx works the same
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+    rt = limited(rate=Rate(2, per=60.0), max_concurrent=5)
+    registry = prometheus_client.CollectorRegistry()
+    observe(rt, PrometheusMetrics(registry))
+    rt.ref(EffectLimitProbe, "e").burst.send(n=5)
+    rt.testing.drain()
+    check = next(c for c in rt.doctor(round_trip=False).checks if c.name == "effect limits")
+    assert check.detail == (
+        "probe_send (rate 2/60s, at most 5 at once): 0 running, 3 due, waiting on its rate limit"
+    )
+    sample = {"effect": "probe_send", "limit": "rate"}
+    assert registry.get_sample_value("solid_effects_held_back", sample) == 3
+    rt.admin.set_policy(allow({"ops:*": "read"}))
+    with pytest.raises(Unauthorized):
+        rt.admin.effect_limits()
+    (info,) = rt.admin.as_principal("ops:ann").effect_limits()
+    assert (info.rate_count, info.rate_per_seconds, info.due, info.waiting_on) == (
+        2,
+        60.0,
+        3,
+        "rate",
+    )
+    with TestClient(dashboard(rt, principal=lambda request: "ops:ann")) as client:
+        page = client.get("/effects").text
+    assert "Flow control" in page and "<strong>rate limit</strong>" in page
 
 
 def test_an_expired_claim_stops_counting_against_the_concurrency_limit(
