@@ -226,6 +226,22 @@ def test_an_expired_claim_stops_counting_against_the_concurrency_limit(
     wait_until(all_done, STEP, "both effects to run once the crashed claim expired")
 
 
+def test_limits_still_hold_after_a_testing_reset(db_url: str) -> None:
+    """``runtime.testing.reset()`` deletes the limits' rows too: they are put back."""
+    rt = Runtime(db_url, workers=0, actors=[EffectLimitProbe], allow_reset=True)
+    try:
+        rt.install()
+        rt.effect("probe_send", rate=Rate(1, per=60.0))(lambda ctx, i: i)
+        rt.ref(EffectLimitProbe, "r").burst.send(n=2)
+        rt.testing.drain()
+        rt.testing.reset()
+        rt.ref(EffectLimitProbe, "r").burst.send(n=2)
+        rt.testing.drain()
+        assert effect_statuses(rt) == ["done", "pending"]
+    finally:
+        rt.close()
+
+
 def test_bad_limits_are_refused_before_anything_runs(limited: Callable[..., Runtime]) -> None:
     with pytest.raises(ConfigurationError):
         Rate(0)

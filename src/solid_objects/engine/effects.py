@@ -274,6 +274,14 @@ class EffectRunner:
         self.store.transact(declare)
         self._declared = names
 
+    def declare_again(self) -> None:
+        """Put the limits in force again before the next claim (their rows were deleted:
+        ``runtime.testing.reset()``)."""
+        self._declared = ()
+        with self._lock:
+            self._held_until.clear()
+            self.held_back.clear()
+
     def _hold(self, held: dict[str, HeldBack]) -> None:
         """Leave names a limit holds back alone until the database says one may start.
 
