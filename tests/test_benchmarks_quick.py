@@ -444,3 +444,27 @@ def test_quick_scaling_study_runs_every_study(tmp_path: Path) -> None:
     assert [d["depth"] for d in report["depth"]] == [1, 10]
     for cell in report["depth"]:
         assert positive(cell["drain_turns_per_s"]) and positive(cell["write_tx_per_message"])
+
+
+def test_quick_effect_limits_benchmark_holds_the_rate(tmp_path: Path) -> None:
+    """``bench_effect_limits.py --quick`` on SQLite: two worker processes run every
+    effect, and no window of ``per`` holds more starts than the rate (the script exits
+    1 otherwise)."""
+    out = tmp_path / "limits.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_effect_limits.py"),
+            "--quick",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(out.read_text())
+    assert result["effects"] == 30 and result["most_in_window"] <= result["limit_count"]
+    assert positive(result["observed_per_s"])

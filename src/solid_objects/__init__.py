@@ -43,6 +43,7 @@ from .errors import (
     UnknownActorType,
     UnknownOperation,
 )
+from .flow import Rate
 from .message import MessageInfo, Sender
 from .projections import Found, FoundPage, projection
 from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref
@@ -77,6 +78,7 @@ __all__ = [
     "NotInTurn",
     "PayloadTooLarge",
     "QueryMutatedState",
+    "Rate",
     "Ref",
     "Rejected",
     "Reminder",

@@ -106,6 +106,7 @@ def examine(
         _wakeup(runtime, checks)
         _connections(runtime, checks)
         _backlog(runtime, checks)
+        _effect_limits(runtime, checks)
         if round_trip and _write_lock(runtime, checks, min(timeout, _LOCK_WAIT_S)):
             _round_trip(runtime, checks, timeout)
     _authorization(runtime, checks)
@@ -466,6 +467,27 @@ def _backlog(runtime: Runtime, checks: list[Check]) -> None:
         detail += f"; orphaned rows (messages, reminders, effects): {orphans}"
         advice.append("report the orphaned rows: they indicate a bug")
     checks.append(Check("backlog", "warn" if advice else "ok", detail, "; ".join(advice) or None))
+
+
+def _effect_limits(runtime: Runtime, checks: list[Check]) -> None:
+    """Effects held back by their flow control, and by which limit (only when some
+    effect name has limits: waiting under a limit is the limit working, not a fault)."""
+    with runtime.store.read() as tx:
+        limits = runtime.store.effect_limits.effect_limit_status(tx)
+    if not limits:
+        return
+    parts = []
+    for s in limits:
+        declared = []
+        if s.rate_count is not None and s.rate_per_ms is not None:
+            declared.append(f"rate {s.rate_count}/{s.rate_per_ms / 1000:g}s")
+        if s.max_concurrent is not None:
+            declared.append(f"at most {s.max_concurrent} at once")
+        state = f"{s.running} running, {s.due} due"
+        if s.waiting_on is not None:
+            state += f", waiting on its {s.waiting_on} limit"
+        parts.append(f"{s.name} ({', '.join(declared)}): {state}")
+    checks.append(Check("effect limits", "ok", "; ".join(parts)))
 
 
 def _write_lock(runtime: Runtime, checks: list[Check], wait: float) -> bool:

@@ -11,6 +11,7 @@ from .catalogue import Catalogue
 from .codec import check_identifier
 from .definition import ActorDefinition
 from .errors import InvalidActorDefinition, UnknownActorType
+from .flow import EffectLimits
 
 
 class Registry:
@@ -122,6 +123,7 @@ class NamedHandlers:
         self._handlers: dict[str, Callable[..., Any]] = {}
         self._names: tuple[str, ...] = ()
         self._limits: dict[str, float] = {}
+        self._flow: dict[str, EffectLimits] = {}
 
     def register(self, name: str, handler: Callable[..., Any]) -> None:
         check_identifier(name, what=f"{self.kind} name")
@@ -144,6 +146,14 @@ class NamedHandlers:
 
     def max_duration(self, name: str) -> float | None:
         return self._limits.get(name)
+
+    def set_flow(self, name: str, limits: EffectLimits) -> None:
+        """The rate and concurrency limits this process declares for effect ``name``."""
+        with self._lock:
+            self._flow[name] = limits
+
+    def flow(self, name: str) -> EffectLimits:
+        return self._flow.get(name) or EffectLimits()
 
     def get(self, name: str) -> Callable[..., Any]:
         handler = self._handlers.get(name)

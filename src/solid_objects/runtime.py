@@ -40,6 +40,7 @@ from .engine.projections import find as find_by_projection
 from .engine.wakeup import listener_for
 from .engine.worker import WorkerPool
 from .errors import ApplicationWriteForbidden, ConfigurationError
+from .flow import Rate, effect_limits
 from .options import Options
 from .projections import FoundPage
 from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref, resolve_operation
@@ -211,7 +212,14 @@ class Runtime:
         self.registry.register(cls)
         return cls
 
-    def effect(self, name: str, *, max_duration: float | None = None) -> Callable[[H], H]:
+    def effect(
+        self,
+        name: str,
+        *,
+        max_duration: float | None = None,
+        rate: Rate | None = None,
+        max_concurrent: int | None = None,
+    ) -> Callable[[H], H]:
         """Register an effect handler: ``@runtime.effect("send_email")``.
 
         The handler is called as ``handler(ctx, **arguments)`` (``def`` or
@@ -220,7 +228,14 @@ class Runtime:
         as an idempotency key. While it runs, this process renews its claim, so a
         slow handler is never started twice; ``max_duration`` (seconds) fails an
         attempt that runs longer with :class:`~solid_objects.errors.EffectTimedOut`.
+
+        Flow control, held over every process by the database: ``rate=Rate(10,
+        per=1.0)`` starts at most 10 attempts of ``name`` in any second (retries
+        count), ``max_concurrent=3`` runs at most 3 at once. The limits in force are
+        those of the process that started last; effects over a limit wait (see
+        ``docs/actors.md``, "Flow control of effects").
         """
+        limits = effect_limits(name, rate, max_concurrent)
         if max_duration is not None and (
             isinstance(max_duration, bool)
             or not isinstance(max_duration, int | float)
@@ -234,6 +249,7 @@ class Runtime:
         def register(handler: H) -> H:
             self.effects.register(name, handler)
             self.effects.limit(name, None if max_duration is None else float(max_duration))
+            self.effects.set_flow(name, limits)
             if self._pool.running:
                 self._pool.effects.start()
             return handler
@@ -551,9 +567,18 @@ class AsyncRuntime:
         """Refuse escaping writes through ``engine``; see :meth:`Runtime.guard`."""
         return self.sync.guard(engine)
 
-    def effect(self, name: str, *, max_duration: float | None = None) -> Callable[[H], H]:
+    def effect(
+        self,
+        name: str,
+        *,
+        max_duration: float | None = None,
+        rate: Rate | None = None,
+        max_concurrent: int | None = None,
+    ) -> Callable[[H], H]:
         """Register an effect handler (``def`` or ``async def``); see :meth:`Runtime.effect`."""
-        return self.sync.effect(name, max_duration=max_duration)
+        return self.sync.effect(
+            name, max_duration=max_duration, rate=rate, max_concurrent=max_concurrent
+        )
 
     def commit_action(self, name: str) -> Callable[[H], H]:
         """Register a commit action; see :meth:`Runtime.commit_action`.

@@ -180,6 +180,7 @@ class Testing:
         runtime.kernel.ensure_schema()
         runtime.kernel.release_all()
         runtime.store.transact(runtime.store.idle.empty_tables)
+        runtime.kernel.pool.effects.declare_again()  # the effect limits' rows went too
 
     def replay(self, message_id: str) -> Any:
         """Run a finished message of a journaled class (``journaled = True``) again, with

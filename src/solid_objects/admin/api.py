@@ -24,6 +24,7 @@ from .base import (
     log,
     page_of,
 )
+from .flow import FlowControl
 from .history import ActorHistory
 from .idle import IdleActors
 from .maintenance import Maintenance
@@ -73,7 +74,7 @@ def _percentile(values: list[int], fraction: float) -> float:
     return float(values[int(rank) - 1])
 
 
-class Administration(Maintenance, IdleActors, ActorHistory, AdminBase):
+class Administration(Maintenance, IdleActors, ActorHistory, FlowControl, AdminBase):
     """Inspect and repair a runtime's actors; ``runtime.admin``.
 
     ``runtime.admin`` carries the application's policy (``set_policy``) and no

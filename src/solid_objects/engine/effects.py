@@ -33,6 +33,7 @@ from ..options import Options
 from ..registry import NamedHandlers, Registry
 from ..staging import callback_key
 from ..store import EffectRow, Enqueued, Store, Tx
+from ..store.effect_limits import HeldBack
 from ..store.rows import encode_sender
 from ..store.store import new_id
 from ..tracebacks import format_traceback
@@ -109,6 +110,12 @@ class EffectRunner:
         self._running: dict[str, _Running] = {}
         self._wake = threading.Event()
         self._renewer: threading.Thread | None = None
+        #: Effect names whose limits this process put in force (see ``_declare``).
+        self._declared: tuple[str, ...] = ()
+        #: Names held back by a limit, until when (monotonic): not polled before then.
+        self._held_until: dict[str, float] = {}
+        #: Why each held name waits (``rate`` or ``concurrency``): for logs and tests.
+        self.held_back: dict[str, str] = {}
 
     def start(self) -> None:
         if self._executor is None and self.handlers.names():
@@ -121,6 +128,10 @@ class EffectRunner:
                 target=self._renew_loop, name="solid-effect-heartbeat", daemon=True
             )
             self._renewer.start()
+            try:
+                self._declare(self.handlers.names())
+            except Exception:  # the first poll declares them again
+                log.exception("could not declare the effects' limits; the next poll will")
 
     def stop(self, timeout: float) -> None:
         self._stopped = True
@@ -218,21 +229,25 @@ class EffectRunner:
             free = self.options.effect_workers - self._inflight if not inline else 1000
         if free <= 0:
             return 0
+        if self._declared != names:
+            self._declare(names)
+        now = time.monotonic()
+        with self._lock:
+            names = tuple(n for n in names if self._held_until.get(n, 0.0) <= now)
+        if not names:
+            return 0
         with self.store.read() as tx:
             due = self.store.outbox.due_effects(tx, names, free)
         if not due:
             return 0
 
-        def claim(tx: Tx) -> list[EffectRow]:
-            return [
-                e
-                for e in due
-                if self.store.outbox.claim_effect(
-                    tx, e, self.owner, int(self.options.effect_timeout * 1000)
-                )
-            ]
+        def claim(tx: Tx) -> tuple[list[EffectRow], dict[str, HeldBack]]:
+            return self.store.effect_limits.claim_effects(
+                tx, due, self.owner, int(self.options.effect_timeout * 1000)
+            )
 
-        claimed = self.store.transact(claim)
+        claimed, held = self.store.transact(claim)
+        self._hold(held)
         faults.point("effect.claimed")
         for effect in claimed:
             effect.attempts += 1
@@ -243,6 +258,53 @@ class EffectRunner:
                 self._inflight += 1
             self._executor.submit(self._run_and_release, effect)
         return len(claimed)
+
+    def _declare(self, names: tuple[str, ...]) -> None:
+        """Put this process's limits for each handled name in force (the last process
+        to start decides; every claimer applies what the database holds)."""
+
+        def declare(tx: Tx) -> None:
+            for name in names:
+                self.store.effect_limits.declare_effect_limits(
+                    tx, name, self.handlers.flow(name), owner=self.owner
+                )
+
+        self.store.transact(declare)
+        self._declared = names
+
+    def declare_again(self) -> None:
+        """Put the limits in force again before the next claim (their rows were deleted:
+        ``runtime.testing.reset()``)."""
+        self._declared = ()
+        with self._lock:
+            self._held_until.clear()
+            self.held_back.clear()
+
+    def _hold(self, held: dict[str, HeldBack]) -> None:
+        """Leave names a limit holds back alone until the database says one may start.
+
+        A concurrency wait ends at the latest when the soonest live claim expires, and
+        is rechecked every ``poll_interval`` (another process's finish wakes nobody
+        here) or as soon as an attempt of the name ends in this process.
+        """
+        now = time.monotonic()
+        with self._lock:
+            for name, why in held.items():
+                wait = why.wait_ms / 1000
+                if why.limit == "concurrency":
+                    wait = min(wait, self.options.poll_interval)
+                self._held_until[name] = now + wait
+                self.held_back[name] = why.limit
+            for name in [n for n, until in self._held_until.items() if until <= now]:
+                del self._held_until[name]
+                self.held_back.pop(name, None)
+
+    def next_start_in(self) -> float | None:
+        """Seconds until a name held back by a limit may start here (None: none held)."""
+        with self._lock:
+            if not self._held_until:
+                return None
+            return max(0.0, min(self._held_until.values()) - time.monotonic())
 
     def serving(self) -> tuple[str, ...]:
         """The effect names this process runs handlers for (published in its registry row)."""
@@ -302,6 +364,8 @@ class EffectRunner:
         finally:
             with self._lock:
                 self._inflight -= 1
+                if self.held_back.get(effect.name) == "concurrency":
+                    self._held_until.pop(effect.name, None)  # a slot of its name is free
             self.on_idle_slot()
 
     def _run(self, effect: EffectRow) -> None:

@@ -382,4 +382,7 @@ class Poller:
             for ms in (due.actor_backoff, due.delayed_message, due.reminder, due.effect)
             if ms is not None and ms > 0
         ]
+        held = self.pool.effects.next_start_in()  # an effect a limit holds back
+        if held is not None:
+            future.append(max(held, _MIN_POLL))
         return found, min(future, default=self.options.poll_interval)

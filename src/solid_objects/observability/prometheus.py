@@ -296,6 +296,12 @@ class _RuntimeCollector(Collector):
                 "a handler not deployed).",
                 labels=["effect"],
             )
+            families["effects_held_back"] = GaugeMetricFamily(
+                f"{ns}_effects_held_back",
+                "Due effects a flow-control limit holds back, by effect name and limit "
+                "(rate or concurrency).",
+                labels=["effect", "limit"],
+            )
         return families
 
     def describe(self) -> Iterable[Metric]:
@@ -312,11 +318,15 @@ class _RuntimeCollector(Collector):
                     rows = type_gauges(tx, store.prefix)
                     unhandled = store.processes.unhandled_effect_counts(tx)
                     limited = store.limits.held_back(tx, self._runtime.registry.turn_limits())
+                    limits = store.effect_limits.effect_limit_status(tx)
             except Exception as exc:  # a scrape must not fail because the database did
                 log.warning("metrics: cannot read the database gauges: %r", exc)
                 return [families["activations"]]
             for name, count in unhandled.items():
                 families["unhandled_effects"].add_metric([name], count)
+            for s in limits:
+                if s.waiting_on is not None:
+                    families["effects_held_back"].add_metric([s.name, s.waiting_on], s.due)
             for g in rows:
                 families["mailbox_depth"].add_metric([g.actor_type], g.queued)
                 families["actors_with_work"].add_metric([g.actor_type], g.actors_with_work)

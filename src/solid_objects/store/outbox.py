@@ -278,7 +278,7 @@ class OutboxStatements(StorePart):
         return (
             tx.run(
                 "UPDATE {effects} SET status = 'running', claimed_by = :owner, "
-                "attempts = attempts + 1, available_at = {now} + :timeout "
+                "attempts = attempts + 1, available_at = {now} + :timeout, started_at = {now} "
                 "WHERE id = :id AND attempts = :attempts AND status IN ('pending', 'running') "
                 "AND available_at <= {now}",
                 {

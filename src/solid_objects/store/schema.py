@@ -32,7 +32,7 @@ from .dialect import Dialect
 from .notices import KEY_NAME, new_secret
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 17
+SCHEMA_VERSION = 18
 
 
 def _ident(length: int) -> String:
@@ -179,6 +179,8 @@ def build_metadata(prefix: str) -> MetaData:
         Column("traceparent", String(55), nullable=True),
         # The formatted traceback of the last failed attempt (schema 12), bounded, redacted.
         Column("traceback", _big_text(), nullable=True),
+        # When the current attempt was claimed (schema 18; NULL: never claimed since).
+        Column("started_at", BigInteger, nullable=True),
         Index(f"{prefix}effects_actor", "actor_pk"),
         Index(
             f"{prefix}effects_due",
@@ -306,10 +308,25 @@ def build_metadata(prefix: str) -> MetaData:
     Table(
         f"{prefix}type_locks",
         md,
-        # One row per actor type with a ``max_active_turns`` (schema 16): a claim of
+        # One row per actor type with a ``max_active_turns`` (schema 17): a claim of
         # such a type locks it, so two processes never both count the live claims
         # below the limit and both take one.
         Column("actor_type", _ident(128), primary_key=True),
+    )
+    Table(
+        f"{prefix}effect_limits",
+        md,
+        # Flow control of one effect name (schema 18, store/effect_limits.py): the limits
+        # the last process to start declared, and the database-clock times of the latest
+        # starts (a JSON list, at most rate_count of them). Its row lock serializes the
+        # claimers of the name on every process.
+        Column("name", _ident(255), primary_key=True),
+        Column("rate_count", Integer, nullable=True),
+        Column("rate_per_ms", BigInteger, nullable=True),
+        Column("max_concurrent", Integer, nullable=True),
+        Column("recent_starts", _big_text(), nullable=True),
+        Column("declared_by", String(64), nullable=True),
+        Column("updated_at", BigInteger, nullable=False),
     )
     define_admin_tables(md, prefix)
     for table in md.tables.values():
@@ -517,6 +534,17 @@ def _migrate_to_17(conn: Connection, md: MetaData) -> None:
     _create(conn, md, "type_locks")
 
 
+def _migrate_to_18(conn: Connection, md: MetaData) -> None:
+    """Flow control of effects: the ``effect_limits`` table and ``effects.started_at``
+    (when the current attempt was claimed). Rows written before it have NULL there."""
+    from sqlalchemy import inspect
+
+    _create(conn, md, "effect_limits")
+    table = f"{md.info['prefix']}effects"
+    if "started_at" not in {c["name"] for c in inspect(conn).get_columns(table)}:
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN started_at BIGINT NULL"))
+
+
 def _mysql_json(conn: Connection, table: str) -> bool:
     """Whether ``state`` is JSON already: MySQL says so in its column type, MariaDB
     (where JSON is LONGTEXT checked by ``JSON_VALID``) in a check constraint."""
@@ -569,6 +597,7 @@ MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_15,
     _migrate_to_16,
     _migrate_to_17,
+    _migrate_to_18,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

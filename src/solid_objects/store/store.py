@@ -31,6 +31,7 @@ from .admin_activity import ActivityStatements
 from .broadcasts import BroadcastStatements
 from .control import ControlStatements
 from .dialect import Dialect, Tx, dialect_for
+from .effect_limits import EffectLimitStatements
 from .idle import IdleStatements
 from .journal import JournalStatements
 from .limits import LimitStatements
@@ -152,6 +153,7 @@ class Store:
         self.mailbox = MailboxStatements(self)
         self.turns = TurnStatements(self)
         self.outbox = OutboxStatements(self)
+        self.effect_limits = EffectLimitStatements(self)
         self.replies = ReplyStatements(self)
         self.promotion = PromotionStatements(self)
         self.broadcasts = BroadcastStatements(self)

@@ -350,6 +350,7 @@ class _Dashboard:
             request,
             "effects.html",
             page=page,
+            limits=ops.effect_limits(),
             q=q,
             status=status,
             next_url=_next_url(request, page),
