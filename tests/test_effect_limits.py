@@ -203,8 +203,8 @@ def test_an_expired_claim_stops_counting_against_the_concurrency_limit(
         rt.testing.drain()  # the turn only: its effects wait
 
     def crashed_claim(tx: Any) -> bool:
-        effect = rt.store.due_effects(tx, ["probe_send"], 10)[0]
-        return rt.store.claim_effect(tx, effect, "crashed-owner", 60_000)
+        effect = rt.store.outbox.due_effects(tx, ["probe_send"], 10)[0]
+        return rt.store.outbox.claim_effect(tx, effect, "crashed-owner", 60_000)
 
     assert rt.store.transact(crashed_claim)
     rt.testing.drain()
