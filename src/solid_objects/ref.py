@@ -246,6 +246,8 @@ class _Actor(Generic[RT, A]):
         authorization: Any = None,
         stale_ok: bool | None = None,
     ) -> Self:
+        """This reference with default call options; ``stale_ok=True`` lets its
+        ``@query`` calls and ``snapshot()`` read the replica (``replica_url``)."""
         return type(self)(
             self._runtime,
             self._definition,
