@@ -82,6 +82,21 @@ def listen_engine(options: Options, family: str) -> Engine | None:
     return None if options.listen_url is None else direct_engine(options.listen_url)
 
 
+def replica_engine(options: Options, family: str) -> Engine | None:
+    """The ``replica_url`` engine, if any; refused on a database other than PostgreSQL
+    (the staleness bound is measured by WAL position)."""
+    if options.replica_url is None:
+        return None
+    if family != "postgresql":
+        raise ConfigurationError(
+            f"replica_url is for PostgreSQL streaming replicas; this runtime's database is {family}"
+        )
+    parsed = make_url(options.replica_url)
+    if "+" not in parsed.drivername:
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return engine_for(parsed)
+
+
 def direct_engine(url: str) -> Engine:
     """The engine of ``listen_url``: a few sessions that must stay the process's own
     (the LISTEN connection, the session mark), so it keeps none pooled; a URL without

@@ -110,6 +110,12 @@ class Options:
     #: the LISTEN connection of wake-ups and the worker's session mark. None: both use
     #: the runtime's database URL (with ``pooler="transaction"``: no LISTEN, no mark).
     listen_url: str | None = None
+    #: A streaming replica of the PostgreSQL database for reads that tolerate staleness
+    #: (``@query`` and ``snapshot()`` asked with ``stale_ok=True``, dashboard listings);
+    #: never read for anything that decides a turn.
+    replica_url: str | None = None
+    #: Seconds a replica read may be behind the primary; past it reads go to the primary.
+    replica_max_lag: float = 5.0
     #: Seconds after which finished messages, done effects and stopped processes are
     #: pruned automatically by processes running workers (None: never; prune by hand).
     #: It is also how long an idempotency key deduplicates a retried call.
@@ -280,6 +286,18 @@ class Options:
             raise ConfigurationError(
                 "listen_url must be a postgresql+psycopg:// URL reaching the database "
                 f"directly, not {redact_url(str(self.listen_url))!r}"
+            )
+        if self.replica_url is not None and not re.match(
+            r"(postgresql|postgres)(\+psycopg)?://", str(self.replica_url)
+        ):
+            raise ConfigurationError(
+                "replica_url must be a postgresql+psycopg:// URL of a streaming replica, "
+                f"not {redact_url(str(self.replica_url))!r}"
+            )
+        if not self.replica_max_lag > 0:
+            raise ConfigurationError(
+                "replica_max_lag must be a positive number of seconds, "
+                f"not {self.replica_max_lag!r}"
             )
         if self.wakeup_url is not None and not re.match(
             r"(redis|rediss|unix|peer)://", str(self.wakeup_url)

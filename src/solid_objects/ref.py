@@ -58,6 +58,8 @@ class CallOptions:
     #: The application's SQLAlchemy Connection or Session whose transaction ``send()``
     #: writes the message in (it commits or rolls back with the application's rows).
     connection: Any = None
+    #: ``@query`` and ``snapshot()`` may read a replica up to ``replica_max_lag`` behind.
+    stale_ok: bool = False
 
     def merge(
         self,
@@ -66,9 +68,12 @@ class CallOptions:
         delay: float | timedelta | None,
         authorization: Any = None,
         connection: Any = None,
+        stale_ok: bool | None = None,
     ) -> CallOptions:
         """These options with the given ones laid over them (None keeps the current value)."""
         changes: dict[str, Any] = {}
+        if stale_ok is not None:
+            changes["stale_ok"] = bool(stale_ok)
         if authorization is not None:
             changes["authorization"] = _keep_untrusted(self.authorization, authorization)
         if connection is not None:
@@ -181,12 +186,16 @@ class _Handle(Generic[RefT]):
         delay: float | timedelta | None = None,
         authorization: Any = None,
         connection: Any = None,
+        stale_ok: bool | None = None,
     ) -> Self:
-        """Per-call options; ``connection=`` makes ``send()`` enqueue in that transaction."""
+        """Per-call options; ``connection=`` makes ``send()`` enqueue in that transaction,
+        ``stale_ok=True`` lets a ``@query`` read the replica (``replica_url``)."""
         return type(self)(
             self._ref,
             self._operation,
-            self._options.merge(idempotency_key, timeout, delay, authorization, connection),
+            self._options.merge(
+                idempotency_key, timeout, delay, authorization, connection, stale_ok
+            ),
         )
 
 
@@ -235,12 +244,15 @@ class _Actor(Generic[RT, A]):
         timeout: float | timedelta | None = None,
         delay: float | timedelta | None = None,
         authorization: Any = None,
+        stale_ok: bool | None = None,
     ) -> Self:
+        """This reference with default call options; ``stale_ok=True`` lets its
+        ``@query`` calls and ``snapshot()`` read the replica (``replica_url``)."""
         return type(self)(
             self._runtime,
             self._definition,
             self.actor_id,
-            self._options.merge(idempotency_key, timeout, delay, authorization),
+            self._options.merge(idempotency_key, timeout, delay, authorization, None, stale_ok),
         )
 
 
@@ -312,6 +324,7 @@ class _QueryHandle(Protocol[P, R_co]):
         delay: float | timedelta | None = None,
         authorization: Any = None,
         connection: Any = None,
+        stale_ok: bool | None = None,
     ) -> Self: ...
 
 
@@ -328,6 +341,7 @@ class _AsyncQueryHandle(Protocol[P, R_co]):
         delay: float | timedelta | None = None,
         authorization: Any = None,
         connection: Any = None,
+        stale_ok: bool | None = None,
     ) -> Self: ...
 
 
@@ -382,6 +396,7 @@ class Ref(_Actor["Runtime", A]):
             self.actor_id,
             context=self._options.authorization,
             include=include,
+            stale_ok=self._options.stale_ok,
         )
 
     def destroy(self) -> bool:
@@ -530,6 +545,7 @@ class AsyncRef(_Actor["AsyncRuntime", A]):
             self.actor_id,
             context=self._options.authorization,
             include=include,
+            stale_ok=self._options.stale_ok,
         )
 
     async def destroy(self) -> bool:

@@ -30,7 +30,7 @@ from .actor import Actor, definition_of
 from .admin import Administration
 from .authorization import bind_caller_loop, check_policies, wrap_async_policies
 from .catalogue import CATALOGUE
-from .database import library_engine, listen_engine
+from .database import library_engine, listen_engine, replica_engine
 from .definition import Operation
 from .engine.client import Client
 from .engine.kernel import AsyncKernel, Kernel
@@ -102,6 +102,9 @@ class Runtime:
         #: server when the main engine goes through a transaction pooler; None without.
         self.direct_engine = listen_engine(self.options, self.store.dialect.family)
         self.store.session_engine = self.direct_engine
+        replica = replica_engine(self.options, self.store.dialect.family)
+        if replica is not None:
+            self.store.attach_replica(replica, self.options.replica_max_lag)
         self.registry = Registry(None if self.options.actors is not None else CATALOGUE)
         for cls in self.options.actors or ():
             self.registry.register(cls)
@@ -435,6 +438,8 @@ class Runtime:
             self.engine.dispose()
             if self.direct_engine is not None:
                 self.direct_engine.dispose()
+            if self.store.replica is not None:
+                self.store.replica.engine.dispose()
 
     def __enter__(self) -> Runtime:
         self.start()

@@ -548,9 +548,11 @@ class Client:
 
     # --- reads of committed state -----------------------------------------------------
 
-    def load_state(self, definition: ActorDefinition, actor_id: str) -> dict[str, Any]:
+    def load_state(
+        self, definition: ActorDefinition, actor_id: str, *, stale_ok: bool = False
+    ) -> dict[str, Any]:
         self.ensure_schema()
-        with self.store.read() as tx:
+        with self.store.stale_read() if stale_ok else self.store.read() as tx:
             found = self.store.actor_state(tx, definition.actor_type, actor_id)
         if found is None:
             return definition.default_state()
@@ -563,10 +565,11 @@ class Client:
         *,
         context: Any = None,
         include: Iterable[str] = (),
+        stale_ok: bool = False,
     ) -> dict[str, Any]:
         names = check_include(definition, include)
         self.access.authorize("query", context, definition.actor_type, actor_id)
-        state = self.load_state(definition, actor_id)
+        state = self.load_state(definition, actor_id, stale_ok=stale_ok)
         shown: dict[str, Any] = definition.state.dump_python(state, mode="json")
         if names:
             shown.update(derived_values(self, definition, actor_id, state, names, context=context))
@@ -581,14 +584,16 @@ class Client:
         kwargs: Mapping[str, Any],
         *,
         context: Any = None,
+        stale_ok: bool = False,
     ) -> Any:
-        """Run a ``@query`` on a throwaway instance holding the committed state."""
+        """Run a ``@query`` on a throwaway instance holding the committed state (the
+        replica's, within ``replica_max_lag``, when ``stale_ok``)."""
         encoded = operation.encode_arguments(args, kwargs, limit=self.options.max_payload_bytes)
         self.access.authorize(
             "query", context, definition.actor_type, actor_id, operation.name, encoded
         )
         arguments = operation.decode_arguments(encoded)
-        state = self.load_state(definition, actor_id)
+        state = self.load_state(definition, actor_id, stale_ok=stale_ok)
         instance = definition.instantiate(actor_id, state)
         limit = self.options.max_state_bytes
         before = definition.dump_state(state, limit=limit)

@@ -42,6 +42,7 @@ from .peers import PeerStatements
 from .processes import ProcessStatements
 from .projections import ProjectionStatements
 from .promotion import PromotionStatements
+from .replica import ReplicaReads
 from .replies import ReplyStatements
 from .retention import RetentionStatements
 from .rows import (
@@ -123,10 +124,13 @@ class Store:
         self.prefix = prefix
         self.dialect: Dialect = dialect_for(engine)
         self.dialect.configure(engine, options)
+        self.options = options
         self._sql: dict[str, str] = {}
         #: Where session marks are held when not on ``engine``: the ``listen_url``
         #: engine, which reaches the server directly (``store.sessions``).
         self.session_engine: Engine | None = None
+        #: Where reads that tolerate staleness go (``replica_url``); None without one.
+        self.replica: ReplicaReads | None = None
         self._channel: str | None = None
         self._identity: str | None = None
         #: Set when wake-ups go through a broker outside the database (Redis): called
@@ -319,6 +323,18 @@ class Store:
         """Reads of committed data (autocommit statements on SQLite)."""
         with self.dialect.read(self.engine, self.sql) as tx:
             yield tx
+
+    def attach_replica(self, engine: Engine, max_lag: float) -> None:
+        """Send stale-tolerant reads to ``engine`` while it is within ``max_lag`` s."""
+        dialect = dialect_for(engine)  # its own: a replica is reached directly, never pooled
+        dialect.configure(engine, {**self.options, "pooler": None})
+        self.replica = ReplicaReads(
+            engine, self.engine, dialect, self.sql, self.read, max_lag=max_lag
+        )
+
+    def stale_read(self) -> AbstractContextManager[Tx]:
+        """A read that may be up to ``replica_max_lag`` seconds behind (the replica's)."""
+        return self.read() if self.replica is None else self.replica.read()
 
     def install(self) -> int:
         retries = self.dialect.install_retries

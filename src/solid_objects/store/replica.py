@@ -1,0 +1,108 @@
+"""Reads that tolerate staleness, sent to a streaming replica while it keeps up.
+
+A replica's own ``now() - pg_last_xact_replay_timestamp()`` grows on an idle primary,
+so staleness is measured by WAL position instead: the primary's ``pg_current_wal_lsn()``
+is sampled with the time it was taken, and the replica is as fresh as the newest sample
+its ``pg_last_wal_replay_lsn()`` has reached. Past ``max_lag`` seconds (or when the
+replica cannot be asked) the read goes to the primary, and the fallback is logged once
+per episode. Nothing that decides a turn reads here: only ``@query``, ``snapshot()``
+asked with ``stale_ok`` and the dashboard's listings do.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from .dialect import Dialect, Tx
+
+log = logging.getLogger("solid_objects.replica")
+
+
+def _lsn(value: str) -> int:
+    high, low = value.split("/")
+    return (int(high, 16) << 32) + int(low, 16)
+
+
+class ReplicaReads:
+    """Where a stale-tolerant read goes: the replica when within ``max_lag``, else the
+    primary (``primary_read``)."""
+
+    def __init__(
+        self,
+        replica: Engine,
+        primary: Engine,
+        dialect: Dialect,
+        sql: Any,
+        primary_read: Callable[[], AbstractContextManager[Tx]],
+        *,
+        max_lag: float,
+    ) -> None:
+        self.engine = replica
+        self.primary = primary
+        self.dialect = dialect
+        self.sql = sql
+        self.primary_read = primary_read
+        self.max_lag = max_lag
+        #: Checks are cached this long, so a burst of reads asks the servers once.
+        self.recheck = min(0.5, max_lag / 5)
+        self.replica_reads = 0
+        self.fallbacks = 0
+        self._samples: deque[tuple[float, int]] = deque()
+        self._checked = float("-inf")
+        self._fresh = False
+        self._lock = threading.Lock()
+
+    def staleness(self) -> float:
+        """Seconds the replica may be behind the primary (infinite when unknown)."""
+        now = time.monotonic()
+        with self.primary.connect() as conn:
+            primary = _lsn(str(conn.execute(text("SELECT pg_current_wal_lsn()")).scalar_one()))
+        self._samples.append((now, primary))
+        with self.engine.connect() as conn:
+            replayed = conn.execute(text("SELECT pg_last_wal_replay_lsn()")).scalar_one()
+        if replayed is None:
+            return float("inf")
+        reached = [t for t, lsn in self._samples if lsn <= _lsn(str(replayed))]
+        if not reached:
+            return float("inf")
+        newest = max(reached)
+        while self._samples and self._samples[0][0] < newest:
+            self._samples.popleft()
+        return now - newest
+
+    def fresh(self) -> bool:
+        """Whether the replica is within the bound, checked at most every ``recheck`` s."""
+        with self._lock:
+            if time.monotonic() - self._checked < self.recheck:
+                return self._fresh
+            try:
+                fresh = self.staleness() <= self.max_lag
+            except SQLAlchemyError as exc:
+                log.debug("replica lag check failed: %r", exc)
+                fresh = False
+            lag = self.max_lag
+            first = self._checked == float("-inf")
+            if not fresh and (self._fresh or first):  # once per episode, not per read
+                log.warning("replica not known within %.1fs of the primary: reading it", lag)
+            self._fresh, self._checked = fresh, time.monotonic()
+            return fresh
+
+    @contextmanager
+    def read(self) -> Iterator[Tx]:
+        if not self.fresh():
+            self.fallbacks += 1
+            with self.primary_read() as tx:
+                yield tx
+            return
+        self.replica_reads += 1
+        with self.dialect.read(self.engine, self.sql) as tx:
+            yield tx
