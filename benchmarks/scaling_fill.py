@@ -109,7 +109,8 @@ def fill(engine: Engine, prefix: str, base: int, first: int, last: int, per_acto
 
 
 def sizes(engine: Engine, prefix: str) -> dict[str, Any]:
-    """Bytes on disk of the actors and messages tables (with indexes) and of each index."""
+    """Bytes on disk of the actors and messages tables (with indexes) and of each index;
+    on PostgreSQL also the tables' sequential and index scans so far."""
     d = engine.dialect.name
     tables = [f"{prefix}actors", f"{prefix}messages"]
     out: dict[str, Any] = {"tables": {}, "indexes": {}}
@@ -124,6 +125,19 @@ def sizes(engine: Engine, prefix: str) -> dict[str, Any]:
                     )
                 ):
                     out["indexes"][name] = int(size)
+                # Cumulative since the fill: a sequential scan of a big table shows here.
+                scans = c.execute(
+                    text(
+                        "SELECT seq_scan, seq_tup_read, idx_scan FROM pg_stat_user_tables "
+                        "WHERE relname = :t"
+                    ),
+                    {"t": t},
+                ).one()
+                out.setdefault("scans", {})[t] = {
+                    "seq_scan": int(scans[0]),
+                    "seq_tup_read": int(scans[1]),
+                    "idx_scan": int(scans[2] or 0),
+                }
         elif d in ("mysql", "mariadb"):
             for t in tables:
                 out["tables"][t] = int(
