@@ -280,7 +280,13 @@ def study_fill(
         expire = maintenance_rate(lambda progress: admin.expire_actors(progress=progress), budget_s)
     engine.dispose()
     print(f"prune {prune}, expire {expire}", file=sys.stderr)
-    return {"per_actor": per_actor, "steps": cells, "prune": prune, "expire_actors": expire}
+    return {
+        "per_actor": per_actor,
+        "steps": cells,
+        "prune": prune,
+        "expirable": sum(candidates.values()),
+        "expire_actors": expire,
+    }
 
 
 def scratch_database(url: str) -> str:

@@ -384,4 +384,5 @@ def test_quick_scaling_study_runs_every_study(tmp_path: Path) -> None:
             assert step[shape]["errors"] == 0 and positive(step[shape]["p50_ms"]), step
         assert all(positive(v) for v in step["sizes"]["tables"].values()), step
     assert fill["prune"]["rows"] == 2_000, fill
-    assert positive(fill["expire_actors"]["rows_per_s"]), fill
+    # Cold calls may have touched every filled actor: expiry deletes what the dry run counted.
+    assert fill["expire_actors"]["rows"] == fill["expirable"], fill
