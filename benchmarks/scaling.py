@@ -36,14 +36,18 @@ import signal
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import bench_calls
+import scaling_fill
 from bench_calls import BenchCounter, Meter, identity_plan, instrument, run_phase
 from raw_commit import percentile
+from sqlalchemy import create_engine, make_url, text
 
 from solid_objects import Actor, Runtime
+from solid_objects.admin import allow
 
 
 class BenchBlob(Actor):
@@ -192,20 +196,141 @@ def study_depth(url: str, depths: list[int], workers: int) -> list[dict[str, Any
     return out
 
 
+class OutOfTime(Exception):
+    """Stops a maintenance run once its time budget is spent (its rate is known by then)."""
+
+
+def maintenance_rate(run: Any, budget_s: float) -> dict[str, Any]:
+    """Rows/s of ``run(progress)``, cut off after ``budget_s`` seconds."""
+    done = [0]
+    t0 = time.perf_counter()
+
+    def progress(_kind: str, deleted: int) -> None:
+        done[0] = deleted
+        if time.perf_counter() - t0 > budget_s:
+            raise OutOfTime
+
+    try:
+        report = run(progress)
+        counts = getattr(report, "rows", None) or getattr(report, "actors", {})
+        done[0] = sum(counts.values())
+    except OutOfTime:
+        pass
+    seconds = time.perf_counter() - t0
+    return {"rows": done[0], "seconds": seconds, "rows_per_s": done[0] / seconds}
+
+
+def study_fill(
+    url: str, steps: list[int], per_actor: int, seconds: float, workers: int, budget_s: float
+) -> dict[str, Any]:
+    """Set-based fill to N actors (and N x per_actor retained messages), then real calls
+    over warm (100 identities) and cold (spread over all N) identities; then the sizes,
+    and ``prune`` / ``expire_actors`` throughput at the largest N."""
+    engine = create_engine(url)
+    cells = []
+    filled = 0
+    rt = Runtime(url, workers=workers, call_timeout=120.0, state_ttl={"BenchCounter": 86_400})
+    meter = Meter()
+    instrument(rt, meter, trace_statements=False)
+    rt.register(BenchCounter)
+    base = scaling_fill.pk_base(engine, rt.store.prefix)
+    with rt:
+
+        def add(actor_id: str) -> None:
+            rt.ref(BenchCounter, actor_id).add(n=1)
+
+        for n in steps:
+            fill_s = scaling_fill.fill(engine, rt.store.prefix, base, filled + 1, n, per_actor)
+            filled = n
+
+            def warm(k: int) -> str:
+                return f"fill-{k % 100 + 1}"
+
+            def cold(k: int, n: int = n) -> str:
+                return f"fill-{(k * 7919 + 101) % n + 1}"
+
+            run_phase(add, warm, 16, calls=200, duration=None)
+            warm_cell = timed(rt, meter, add, warm, 16, seconds)
+            cold_cell = timed(rt, meter, add, cold, 16, seconds)
+            size = scaling_fill.sizes(engine, rt.store.prefix)
+            cells.append(
+                {
+                    "actors": n,
+                    "messages": n * per_actor,
+                    "fill_seconds": fill_s,
+                    "warm": warm_cell,
+                    "cold": cold_cell,
+                    "sizes": size,
+                }
+            )
+            print(
+                f"fill {n:>9} actors ({fill_s:.0f} s): warm p50 {warm_cell['p50_ms']:.1f} ms "
+                f"{warm_cell['ops_per_s']:,.0f}/s, cold p50 {cold_cell['p50_ms']:.1f} ms "
+                f"{cold_cell['ops_per_s']:,.0f}/s, tables {size['tables']}",
+                file=sys.stderr,
+            )
+        rt.admin.set_policy(allow({"ops:*": "*"}))
+        admin = rt.admin.as_principal("ops:bench")
+        prune = maintenance_rate(
+            lambda progress: admin.prune(timedelta(days=1), kinds=["messages"], progress=progress),
+            budget_s,
+        )
+        candidates = admin.expire_actors(dry_run=True).actors
+        print(f"expirable: {candidates}", file=sys.stderr)
+        expire = maintenance_rate(lambda progress: admin.expire_actors(progress=progress), budget_s)
+    engine.dispose()
+    print(f"prune {prune}, expire {expire}", file=sys.stderr)
+    return {
+        "per_actor": per_actor,
+        "steps": cells,
+        "prune": prune,
+        "expirable": sum(candidates.values()),
+        "expire_actors": expire,
+    }
+
+
+def scratch_database(url: str) -> str:
+    """Create a fresh ``scaling`` database on the server of ``url``; return its URL."""
+    u = make_url(url)
+    admin = create_engine(u, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text("DROP DATABASE IF EXISTS scaling"))
+        c.execute(text("CREATE DATABASE scaling"))
+    admin.dispose()
+    return u.set(database="scaling").render_as_string(hide_password=False)
+
+
+def drop_database(url: str) -> None:
+    u = make_url(url)
+    admin = create_engine(u, isolation_level="AUTOCOMMIT")
+    force = " WITH (FORCE)" if u.get_backend_name() == "postgresql" else ""
+    with admin.connect() as c:
+        c.execute(text("DROP DATABASE IF EXISTS scaling" + force))
+    admin.dispose()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url", help="database URL (default: a temporary SQLite file)")
-    p.add_argument("--studies", default="rows,state,depth")
+    p.add_argument("--studies", default="rows,state,depth,fill")
     p.add_argument("--quick", action="store_true", help="small steps, a few seconds")
     p.add_argument("--max-rows", type=int, default=100_000)
     p.add_argument("--seconds", type=float, default=3.0, help="timed seconds per step")
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--json", type=Path)
+    p.add_argument("--fill-max", type=int, default=1_000_000, help="fill study: most actors")
+    p.add_argument("--per-actor", type=int, default=10, help="fill study: messages per actor")
+    p.add_argument("--budget", type=float, default=60.0, help="fill study: s per maintenance run")
+    p.add_argument("--keep", action="store_true", help="keep the scratch `scaling` database")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still remove the temp file
     studies = [s for s in args.studies.split(",") if s]
     temp_dir = None
     url = args.url
+    server_url = None
+    if url is not None and "fill" in studies and not url.startswith("sqlite"):
+        server_url = url
+        url = scratch_database(url)
     if url is None:
         temp_dir = Path(tempfile.mkdtemp(prefix="solid-scaling-"))
         url = f"sqlite:///{temp_dir / 'scaling.db'}"
@@ -233,7 +358,18 @@ def main(argv: list[str] | None = None) -> int:
             report["state"] = study_state(url, sizes, seconds, args.workers)
         if "depth" in studies:
             report["depth"] = study_depth(url, depths, args.workers)
+        if "fill" in studies:
+            fills = (
+                [100, 1_000]
+                if args.quick
+                else [f for f in (1_000, 100_000, 1_000_000) if f <= args.fill_max]
+            )
+            per_actor = 2 if args.quick else args.per_actor
+            budget = 2.0 if args.quick else args.budget
+            report["fill"] = study_fill(url, fills, per_actor, seconds, args.workers, budget)
     finally:
+        if server_url is not None and not args.keep:
+            drop_database(server_url)
         if temp_dir is not None:
             shutil.rmtree(temp_dir, ignore_errors=True)
     report["machine"]["load_average_end"] = bench_calls.machine()["load_average"]

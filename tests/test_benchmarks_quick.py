@@ -444,6 +444,15 @@ def test_quick_scaling_study_runs_every_study(tmp_path: Path) -> None:
     assert [d["depth"] for d in report["depth"]] == [1, 10]
     for cell in report["depth"]:
         assert positive(cell["drain_turns_per_s"]) and positive(cell["write_tx_per_message"])
+    fill = report["fill"]
+    assert [s["actors"] for s in fill["steps"]] == [100, 1_000]
+    for step in fill["steps"]:
+        for shape in ("warm", "cold"):
+            assert step[shape]["errors"] == 0 and positive(step[shape]["p50_ms"]), step
+        assert all(positive(v) for v in step["sizes"]["tables"].values()), step
+    assert fill["prune"]["rows"] == 2_000, fill
+    # Cold calls may have touched every filled actor: expiry deletes what the dry run counted.
+    assert fill["expire_actors"]["rows"] == fill["expirable"], fill
 
 
 def test_quick_effect_limits_benchmark_holds_the_rate(tmp_path: Path) -> None:
