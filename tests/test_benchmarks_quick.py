@@ -9,11 +9,13 @@ The DBOS peer needs its own virtualenv and is not run here.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,21 @@ import sqlalchemy
 
 # One xdist worker runs them all: each checks that its run dropped its scratch database
 # by listing every solid_bench_* database, so two at once would see each other's.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("benchmark_scratch_databases")]
+# The timeout counts the wait for the lock below, behind the other workers' benchmarks.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xdist_group("benchmark_scratch_databases"),
+    pytest.mark.timeout(900),
+]
+
+
+@pytest.fixture(autouse=True)
+def one_benchmark_at_a_time() -> Iterator[None]:
+    """A file lock as well: the xdist group is not always honoured (seen: two of these
+    tests on two workers at once, each then finding the other's scratch database)."""
+    with open("/tmp/solid-bench-scratch.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_calls.py"

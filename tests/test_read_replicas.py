@@ -24,7 +24,8 @@ from sqlalchemy import create_engine, text
 from solid_objects import Actor, Runtime, query
 from solid_objects.errors import ConfigurationError
 
-pytestmark = pytest.mark.slow
+# Serial: the replica must keep up with the primary, which the parallel pass keeps busy.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 REQUIRED = os.environ.get("SOLID_TEST_REQUIRE_SERVERS") == "1"
 SERVER_URL = os.environ.get("SOLID_TEST_POSTGRES_URL")

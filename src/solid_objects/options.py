@@ -294,7 +294,8 @@ class Options:
                 "replica_url must be a postgresql+psycopg:// URL of a streaming replica, "
                 f"not {redact_url(str(self.replica_url))!r}"
             )
-        if not self.replica_max_lag > 0:
+        lag = self.replica_max_lag
+        if isinstance(lag, bool) or not isinstance(lag, int | float) or not lag > 0:
             raise ConfigurationError(
                 "replica_max_lag must be a positive number of seconds, "
                 f"not {self.replica_max_lag!r}"
