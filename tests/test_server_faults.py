@@ -83,12 +83,18 @@ pytestmark = pytest.mark.serial
 
 
 class Log(Actor):
-    """Its state is the list of items applied, so a repeated, lost or stale turn shows."""
+    """Its state is the list of items applied, so a repeated, lost or stale turn shows.
+
+    Each turn also cancels a reminder it never set, so that its commit is a transaction
+    on every database: the stalled-commit scenario stalls inside it, holding the actor
+    row's lock (a lone turn that staged nothing commits as one autocommit statement on
+    PostgreSQL, with no lock held before it: there a late commit is simply refused)."""
 
     items: list[int] = []
 
     def append(self, item: int) -> int:
         self.items.append(item)
+        self.cancel_schedule("append", "never-set")
         return len(self.items)
 
 
