@@ -245,22 +245,19 @@ class MailboxStatements(StorePart):
                 max_length=max_length,
             )
             return None if message is None else Enqueued(message, existing=False, claimed=None)
-        fields: dict[str, Any] = {
-            "message_id": message_id,
-            "actor_type": actor_type,
-            "actor_id": actor_id,
-            "operation": operation,
-            "arguments": arguments,
-            "claim_for": claim_for,
-            "lease_ms": lease_ms,
-            "traceparent": traceparent,
-            "max_length": max_length,
-            "sender": None,
-        }
-        done = self._enqueue_in_one(tx, **fields)
-        if done == "missing":  # its row first, committed apart (as ``insert_actor``)
-            tx.run(self._insert_actor(), {"t": actor_type, "i": actor_id})
-            done = self._enqueue_in_one(tx, **fields)
+        done = self._enqueue_creating(  # a new actor's row committed apart, first
+            tx,
+            message_id=message_id,
+            actor_type=actor_type,
+            actor_id=actor_id,
+            operation=operation,
+            arguments=arguments,
+            claim_for=claim_for,
+            lease_ms=lease_ms,
+            traceparent=traceparent,
+            max_length=max_length,
+            sender=None,
+        )
         return done if isinstance(done, Enqueued) else None
 
     def enqueue_later(
@@ -425,22 +422,19 @@ class MailboxStatements(StorePart):
         nothing), takes the path below.
         """
         if self.dialect.writable_cte and idempotency_key is None and delay_ms <= 0:
-            fields: dict[str, Any] = {
-                "message_id": message_id,
-                "actor_type": actor_type,
-                "actor_id": actor_id,
-                "operation": operation,
-                "arguments": arguments,
-                "claim_for": claim_for,
-                "lease_ms": lease_ms,
-                "traceparent": traceparent,
-                "max_length": max_length,
-                "sender": sender,
-            }
-            done = self._enqueue_in_one(tx, **fields)
-            if done == "missing":  # a new actor: its row, then the same one statement
-                tx.run(self._insert_actor(), {"t": actor_type, "i": actor_id})
-                done = self._enqueue_in_one(tx, **fields)
+            done = self._enqueue_creating(
+                tx,
+                message_id=message_id,
+                actor_type=actor_type,
+                actor_id=actor_id,
+                operation=operation,
+                arguments=arguments,
+                claim_for=claim_for,
+                lease_ms=lease_ms,
+                traceparent=traceparent,
+                max_length=max_length,
+                sender=sender,
+            )
             if isinstance(done, Enqueued):
                 return done
         row = self._lock_actor(tx, actor_type, actor_id, actor_pk)
@@ -538,6 +532,14 @@ class MailboxStatements(StorePart):
         if fields is None:
             return held_hint(message.actor_pk, owner)
         return message_hint(self.notice_key, message.actor_pk, owner, message.seq, now, fields)
+
+    def _enqueue_creating(self, tx: Tx, **fields: Any) -> Enqueued | Literal["missing", "full"]:
+        """:meth:`_enqueue_in_one`; for a new actor, its row first, then the same statement."""
+        done = self._enqueue_in_one(tx, **fields)
+        if done == "missing":
+            tx.run(self._insert_actor(), {"t": fields["actor_type"], "i": fields["actor_id"]})
+            done = self._enqueue_in_one(tx, **fields)
+        return done
 
     def _enqueue_in_one(
         self,
