@@ -88,7 +88,7 @@ def serve(url: str, options: dict[str, Any]) -> None:
     print("ready", flush=True)
     for line in sys.stdin:
         if line.strip() == "stats":
-            held = rt._pool.held()
+            held = rt.kernel.pool.table.held()
             print(json.dumps({"statements": statements[0], "checkouts": checkouts[0],
                               "held": held}), flush=True)
         else:

@@ -72,7 +72,7 @@ def held_idle(rt: Runtime, actor_id: str) -> None:
     the next call is one a direct turn could take."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        act = rt.kernel.client.pool._identities.get((Slot.actor_type, actor_id))
+        act = rt.kernel.client.pool.table.by_identity(Slot.actor_type, actor_id)
         if act is not None and act.status == "idle":
             return
         time.sleep(0.005)

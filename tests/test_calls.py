@@ -75,7 +75,7 @@ def test_waiting_for_a_message_a_local_worker_already_finished_reads_it_at_once(
             if m.status() == "completed":
                 break
             threading.Event().wait(0.005)
-        assert rt.kernel.pool.holds_identity("Counter", "late")
+        assert rt.kernel.pool.table.holds_identity("Counter", "late")
         assert m.wait(timeout=0.1) == 2  # well under the 250 ms safety-net read
 
 

@@ -1,5 +1,5 @@
 """Direct turns: a sync call to an actor this process holds idle runs in the caller's
-thread and commits enqueue and turn in one transaction (``WorkerPool.run_here``).
+thread and commits enqueue and turn in one transaction (``DirectTurns.run_here``).
 
 The contract is unchanged: per-identity order (the commit is fenced on the mailbox
 being empty, so a direct turn never overtakes a queued message), the lease fence, and
@@ -73,7 +73,7 @@ def _wait_idle(rt: Runtime, actor_id: str) -> None:
     pool = rt.kernel.client.pool
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        act = pool._identities.get((Ledger.actor_type, actor_id))
+        act = pool.table.by_identity(Ledger.actor_type, actor_id)
         if act is not None and act.status == "idle":
             return
         time.sleep(0.005)
@@ -82,9 +82,9 @@ def _wait_idle(rt: Runtime, actor_id: str) -> None:
 
 def _timed(rt: Runtime, *operations: str) -> None:
     """Let the pool know these operations run briefly: a call runs in the caller's thread
-    only for an operation this process has timed (``WorkerPool._fits``)."""
+    only for an operation this process has timed (``TurnRunner.fits``)."""
     for operation in operations:
-        rt.kernel.client.pool._turn_seconds[(Ledger.actor_type, operation)] = 0.001
+        rt.kernel.client.pool.runner.record_turn_seconds(Ledger.actor_type, operation, 0.001)
 
 
 def _transactions(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:

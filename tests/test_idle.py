@@ -44,9 +44,9 @@ def test_an_idle_runtime_writes_nothing_and_reads_rarely(
     with rt:
         rt.ref(Ping, "p").ping()
         deadline = time.monotonic() + 10
-        while rt.kernel.pool.holds(1) and time.monotonic() < deadline:
+        while rt.kernel.pool.table.holds(1) and time.monotonic() < deadline:
             time.sleep(0.05)  # the activation goes idle and is released after 0.3 s
-        assert not rt.kernel.pool.holds(1)
+        assert not rt.kernel.pool.table.holds(1)
         time.sleep(0.5)
         writes.clear()
         reads = 0

@@ -123,7 +123,7 @@ class Interleavings(RuleBasedStateMachine):
         pool = self.rt.kernel.pool
         pool.poller.run_due()
         pool.poller.poll_once(capacity=2)
-        acts = pool._take(2, timeout=None)
+        acts = pool.table.take(2, timeout=None)
         if acts:
             pool.run_activations(acts)
         pool.effects.poll(inline=True)

@@ -367,7 +367,7 @@ def test_a_wake_up_during_a_turn_costs_no_head_read_after_its_commit(
         ref = sender.ref(GatedTally, "gated")
         assert ref.step.send().wait(STEP) == 1  # the worker holds it from now on
         pool = worker.kernel.pool
-        act = next(iter(pool._activations.values()))
+        act = pool.table.all()[0]
         wait_until(lambda: act.status == "idle", STEP, "the activation to go idle")
         reads = [0]
         head = worker.store.head_message
@@ -426,7 +426,7 @@ def carried_setup(
     for rt in (owner, other):
         if rt.kernel.listener is not None:
             wait_until(rt.kernel.listener.listening.is_set, STEP, "the listener")
-    act = next(a for a in owner.kernel.pool._activations.values() if a.actor_id == actor_id)
+    act = next(a for a in owner.kernel.pool.table.all() if a.actor_id == actor_id)
     wait_until(lambda: act.status == "idle", STEP, "the activation to go idle")
     reads, inside = [0], threading.local()  # reads outside a commit (MySQL's read the next)
     head, finish = owner.store.head_message, owner.store.turns.finish_turn
@@ -468,13 +468,13 @@ def test_the_owner_runs_a_carried_message_with_no_head_read(
         payloads: list[str] = []
         sender.store.publish = payloads.append  # the payloads, delivered by hand below
         signals = [0]
-        other_signal = other.kernel.pool.signal
+        other_signal = other.kernel.pool.table.signal
 
         def counted_signal(*args: Any, **kwargs: Any) -> bool:
             signals[0] += 1
             return other_signal(*args, **kwargs)
 
-        monkeypatch.setattr(other.kernel.pool, "signal", counted_signal)
+        monkeypatch.setattr(other.kernel.pool.table, "signal", counted_signal)
         ref = sender.ref(CarriedNote, "carried")
 
         def deliver(reference: Any) -> Any:

@@ -203,7 +203,7 @@ class Runtime:
         ambiguous = self.registry.ambiguous()
         for actor_type in self.registry.types():
             if actor_type not in ambiguous:
-                self._pool.projections.prepare(self.registry.get(actor_type))
+                self._pool.runner.projections.prepare(self.registry.get(actor_type))
 
     def register(self, cls: type[A]) -> type[A]:
         """Make an actor class runnable by this process's workers. Usable as a decorator.

@@ -368,7 +368,7 @@ class Client:
             options.idempotency_key is None
             and options.delay <= 0
             and self.store.dialect.update_returning
-            and self.pool.holds_identity(definition.actor_type, actor_id)
+            and self.pool.table.holds_identity(definition.actor_type, actor_id)
         )
 
         if observed is None:
@@ -469,9 +469,11 @@ class Client:
         ``async def`` operations always go to a worker: this thread may be running
         an event loop of its own.
         """
-        if not operation.is_async and self.pool.holds_identity(definition.actor_type, actor_id):
+        if not operation.is_async and self.pool.table.holds_identity(
+            definition.actor_type, actor_id
+        ):
             try:
-                ran = self.pool.run_here(
+                ran = self.pool.direct.run_here(
                     definition.actor_type,
                     actor_id,
                     message_id,
@@ -520,7 +522,7 @@ class Client:
         if enqueued.claimed is not None:
             self.waiters.mark(message.id, local=True)
             self.pool.adopt(enqueued.claimed)
-        elif message.status == "queued" and self.pool.signal(message.actor_pk, message):
+        elif message.status == "queued" and self.pool.table.signal(message.actor_pk, message):
             self.waiters.mark(message.id, local=True)
         else:
             self.waiters.mark(message.id, local=False)

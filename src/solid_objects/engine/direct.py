@@ -1,5 +1,5 @@
-"""Direct turns: a warm sync call runs its turn in the caller's own thread (a mixin of
-``WorkerPool``).
+"""Direct turns: a warm sync call runs its turn in the caller's own thread (a part the
+``WorkerPool`` holds as ``pool.direct``).
 
 The message is appended to the mailbox by its own turn's commit: one transaction,
 fenced by the lease and by the mailbox being empty (docs/design-decisions.md, "Direct
@@ -20,48 +20,25 @@ from typing import TYPE_CHECKING
 
 from .. import faults
 from ..errors import DatabaseError, LeaseLost
-from ..observability.events import Instrumentation
-from ..options import Options
-from ..store import Committed, MessageRow, Store, Tx
+from ..store import Committed, MessageRow, Tx
 from ..store.rows import scheduled_message
 from .activation import Activation
 from .batch_commit import DB_ERRORS, refused
 from .turn import TurnOutcome
-from .turn_commit import TurnCommit
+
+if TYPE_CHECKING:
+    from .worker import WorkerPool
 
 log = logging.getLogger("solid_objects.worker")
 
 
 class DirectTurns:
-    """``WorkerPool.run_here`` and what settles its commit."""
+    """``run_here`` and what settles its commit, on the pool's activations."""
 
-    store: Store
-    options: Options
-    instrument: Instrumentation
-    running: bool
-    _cond: threading.Condition
-    _identities: dict[tuple[str, str], Activation]
-    _stopping: threading.Event
-    #: (actor type, operation) -> a decaying maximum of its turns' run time (s).
-    _turn_seconds: dict[tuple[str, str], float]
-    turn_commit: TurnCommit
-
-    if TYPE_CHECKING:
-
-        def _run_turn(
-            self, act: Activation, message: MessageRow, committed_state: str | None = None
-        ) -> TurnOutcome: ...
-
-        def _settle(
-            self, act: Activation, message: MessageRow, outcome: TurnOutcome, committed: Committed
-        ) -> bool: ...
-
-        def _finish(self, act: Activation, *, requeue: bool) -> None: ...
-
-        def _drop(self, act: Activation, *, release: bool = False) -> None: ...
-
-
-        def deliver(self, due: list[tuple[str, int]]) -> None: ...
+    def __init__(self, pool: WorkerPool) -> None:
+        self.pool = pool
+        self.store = pool.store
+        self.options = pool.options
 
     def run_here(
         self,
@@ -91,44 +68,42 @@ class DirectTurns:
         background: the outcome is then None (the caller raises ``CallTimeout``), and
         ``settled(message_id)`` is called once that commit ended.
         """
-        if not self._fits(actor_type, operation, deadline):
+        pool = self.pool
+        if not pool.runner.fits(actor_type, operation, deadline):
             return None
-        with self._cond:
-            act = self._identities.get((actor_type, actor_id))
-            if (
-                act is None
-                or act.status != "idle"
-                # A limited type's turn runs only under a claim counted against its
-                # limit (``store.limits``); its actors are never held idle anyway.
-                or (act.definition is not None and act.definition.max_active_turns is not None)
-                or act.head is not None
-                or act.inbox
-                or act.check_mailbox
-                or not self.running
-                or self._stopping.is_set()
-            ):
-                return None
-            act.status = "running"
+        act = pool.table.start_idle(
+            actor_type,
+            actor_id,
+            # A limited type's turn runs only under a claim counted against its
+            # limit (``store.limits``); its actors are never held idle anyway.
+            lambda act: (
+                (act.definition is None or act.definition.max_active_turns is None)
+                and pool.running
+                and not pool.stopping
+            ),
+        )
+        if act is None:
+            return None
         message = scheduled_message(
             message_id, act.pk, actor_type, actor_id, operation, arguments, None, 0, traceparent
         )
         message.seq, message.status = act.done_seq + 1, "queued"  # its commit appends it
         act.head_attempt = 1
-        self.instrument.turn_started(message, 1)
-        outcome = self._run_turn(act, message)
-        self.instrument.turn_executed(message, 1, outcome)
+        pool.instrument.turn_started(message, 1)
+        outcome = pool.runner.run(act, message)
+        pool.instrument.turn_executed(message, 1, outcome)
         faults.point("turn.executed")
         if outcome.kind == "retry" and self.options.max_attempts <= 1:
             outcome.kind = "dead"
         turn = [(act, message, outcome)]
 
         def body(tx: Tx) -> Committed:
-            committed = self.turn_commit.write(tx, act, message, outcome, False, direct=True)
+            committed = pool.turn_commit.write(tx, act, message, outcome, False, direct=True)
             faults.point("commit.body")
             return committed
 
         started = time.perf_counter()
-        if self.turn_commit.is_one_statement(act, message, outcome, direct=True):
+        if pool.turn_commit.is_one_statement(act, message, outcome, direct=True):
 
             def finish() -> Committed:
                 self.store.turns.finish_direct(
@@ -171,18 +146,6 @@ class DirectTurns:
             return None
         return message, outcome
 
-    def _fits(self, actor_type: str, operation: str, deadline: float | None) -> bool:
-        """Whether a direct turn of ``operation`` can be expected to end well before the
-        call's deadline: its recent turns here took under a quarter of the time left.
-
-        An operation this process has not run yet has no such evidence: a worker runs
-        it (and times it) while the caller waits no longer than its deadline, whether
-        the timeout is the call's own or ``call_timeout``."""
-        if deadline is None:
-            return True
-        took = self._turn_seconds.get((actor_type, operation))
-        return took is not None and took * 4 <= deadline - time.monotonic()
-
     def _settle_direct(
         self,
         act: Activation,
@@ -201,15 +164,16 @@ class DirectTurns:
         database refused for what the turn wrote is recorded with ``body`` as the
         turn's failed attempt instead: the message becomes the actor's head, retried
         with backoff, and the caller waits for it like for any failure."""
+        pool = self.pool
         try:
             committed = commit.result()
         except LeaseLost:
             # Nothing was written; the turn ran on the cached instance: rebuild it, and
             # read the mailbox before the next turn (another process may have sent).
-            self.instrument.committed(turn, [None], started)
+            pool.instrument.committed(turn, [None], started)
             act.instance = None
             act.check_mailbox = True
-            self._finish(act, requeue=False)
+            pool.table.finish(act, requeue=False)
             return False
         except BaseException as exc:
             if (
@@ -221,24 +185,24 @@ class DirectTurns:
                 refused(self.options, act, outcome, exc)
                 recorded = _ran(lambda: self.store.transact(body, isolated=False))
                 return self._settle_direct(act, message, outcome, turn, started, recorded, waiting)
-            self.instrument.committed(turn, None, started)
+            pool.instrument.committed(turn, None, started)
             if isinstance(exc, DatabaseError) and self.store.dialect.is_lock_timeout(exc.orig):
                 # It gave up waiting for a lock at the call's deadline and wrote nothing:
                 # the lease is still ours (releasing it would wait on the same lock).
                 act.instance = None
                 act.check_mailbox = True
-                self._finish(act, requeue=False)
+                pool.table.finish(act, requeue=False)
             else:
-                self._drop(act, release=True)
+                pool.drop(act, release=True)
             if waiting:
                 raise
             log.warning("the commit of direct turn %s failed: %r", message.id, exc)
             return False
         faults.point("commit.committed")
-        self.instrument.committed(turn, [committed], started)
-        if self._settle(act, message, outcome, committed):
-            self._finish(act, requeue=False)
-        self.deliver(committed.due_now)
+        pool.instrument.committed(turn, [committed], started)
+        if pool.settle(act, message, outcome, committed):
+            pool.table.finish(act, requeue=False)
+        pool.deliver(committed.due_now)
         return True
 
 

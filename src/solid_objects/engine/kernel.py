@@ -70,7 +70,7 @@ class Kernel:
 
     def held_activations(self) -> int:
         """How many actors this process holds the lease of now."""
-        return self.pool.held()
+        return self.pool.table.held()
 
     def worker_loop(self) -> tuple[bool, float]:
         """Whether the poller thread runs, and the seconds since it last maintained."""

@@ -57,12 +57,12 @@ class NoticeDispatch:
             carried = parse_message_hint(payload, self._pool.owner, self._key)
             if carried is not None:
                 pk, message = carried
-                if pk is None or not self._pool.signal(pk, message):
+                if pk is None or not self._pool.table.signal(pk, message):
                     self._pool.poller.wake()
         elif (held := parse_held_hint(payload)) is not None:
             # New work for an actor whose lease one process holds: only that one acts.
             pk, owner = held
-            if owner == self._pool.owner and not self._pool.signal(pk):
+            if owner == self._pool.owner and not self._pool.table.signal(pk):
                 self._pool.poller.wake()  # not cached here: the poller decides
         else:
             self._pool.poller.wake()

@@ -88,28 +88,28 @@ class Poller:
                 full = set(self.store.limits.saturated(tx, limits))
                 types = tuple(t for t in types if t not in full)
             ready = self.store.find_ready(
-                tx, pool.owner, capacity + pool.held(), types, now_ms=now_ms
+                tx, pool.owner, capacity + pool.table.held(), types, now_ms=now_ms
             )
-        woken = pool.woken
+        woken = pool.table.woken
         claimable = []
         for r in ready:
             if r.lease_owner != pool.owner:
                 # A turn in flight here settles it first; one this code cannot run was
                 # left for a process that can.
-                if not pool.turn_in_flight(r.pk) and not pool.capability.passed_over(r.pk):
+                if not pool.table.turn_in_flight(r.pk) and not pool.capability.passed_over(r.pk):
                     claimable.append(r)
             else:
                 # Ours: new work for a cached actor. One we own but do not cache is
                 # being adopted right now (by the enqueue that claimed it), or was
                 # dropped after a failed commit and is left to expire.
-                pool.signal(r.pk)
+                pool.table.signal(r.pk)
         # Claimed in the order every writer of several actor rows locks them in (a
         # batch of enqueues, ``store.writer.EnqueueBatcher``): no deadlock with one.
         claimable = sorted(claimable[:capacity], key=lambda r: r.key)
         # Work another process sent to an idle actor we hold counts as found: more may
         # follow, so keep polling fast. (A signal to a running actor does not count, or
         # the poller would spin through a long turn.)
-        found = pool.woken - woken
+        found = pool.table.woken - woken
         if not claimable:
             return found
 
@@ -219,7 +219,7 @@ class Poller:
         """
         pool = self.pool
         idle = pool.idle_since(time.monotonic() - self.options.idle_timeout)
-        held = pool.held_pks()
+        held = pool.table.held_pks()
 
         faults.point("lease.renew")
 
@@ -242,7 +242,7 @@ class Poller:
         pool.presence.log_recovered(recovered)
         for owner, _, _ in recovered:
             pool.instrument.process_event("stale", owner)
-        for act in pool.still_held(lost):
+        for act in pool.table.still_held(lost):
             pool.instrument.lease_lost(act.actor_type, act.actor_id)
         return len(idle) + len(recovered) + self._expire_unhandled()
 
@@ -324,7 +324,7 @@ class Poller:
             found = 0
             sleep = self.options.poll_interval
             try:
-                capacity = max(0, 2 * self.options.workers - pool.queued())
+                capacity = max(0, 2 * self.options.workers - pool.table.queued())
                 found = self.poll_once(capacity=capacity)
                 if self._promote_pending:
                     found += self.promote_due()

@@ -210,11 +210,13 @@ class Waiting:
         handed to nobody. Unless a local worker still has it to run (the waiter is
         registered, so the worker will hand the outcome over): then no read is needed.
         """
-        return late and not self.pool.pending_here(message.actor_type, message.actor_id, message.id)
+        return late and not self.pool.table.pending_here(
+            message.actor_type, message.actor_id, message.id
+        )
 
     def _mark_if_local(self, message: MessageReference[Any]) -> None:
         """A message sent earlier to an actor this process runs: wait on the future."""
-        if self.waiters.where(message.id) == "remote" and self.pool.holds_identity(
+        if self.waiters.where(message.id) == "remote" and self.pool.table.holds_identity(
             message.actor_type, message.actor_id
         ):
             self.waiters.mark(message.id, local=True)

@@ -14,35 +14,31 @@ actor cannot starve the others. The poller (see
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 
 from .. import faults
-from ..observability.events import Instrumentation, log_fields, reminder_changes
+from ..observability.events import Instrumentation, reminder_changes
 from ..options import Options
 from ..registry import NamedHandlers, Registry
-from ..reminders import CommittedReminder
 from ..store import Claimed, Committed, Enqueued, MessageRow, Store, Tx
 from .activation import Activation
-from .batch_commit import DB_ERRORS, BatchCommit, last_error
+from .activations import ActivationTable
+from .batch_commit import DB_ERRORS, BatchCommit
 from .capability import Capability
 from .direct import DirectTurns
 from .effects import EffectRunner
-from .lifecycle import activate, deactivate
+from .lifecycle import deactivate
 from .outcomes import Outcome, Waiters
 from .presence import Presence
-from .projections import ProjectionKeeper
-from .turn import Limits, TurnOutcome, execute, failure
+from .turn import TurnOutcome
 from .turn_commit import TurnCommit
+from .turn_runner import TurnRunner
 
 log = logging.getLogger("solid_objects.worker")
 
-#: The most reminders ``self.reminders()`` reads of one actor.
-MAX_REMINDERS_READ = 10_000
 #: A process's stop, step by step (``solid-objects worker`` shows it at INFO by default).
 shutdown_log = logging.getLogger("solid_objects.shutdown")
 
@@ -56,7 +52,9 @@ _BATCH_BUDGET = 0.005
 __all__ = ["DB_ERRORS", "WorkerPool"]
 
 
-class WorkerPool(DirectTurns):
+class WorkerPool:
+    """This process's worker threads and the turns they run; see the module docstring."""
+
     def __init__(
         self,
         store: Store,
@@ -75,21 +73,13 @@ class WorkerPool(DirectTurns):
         self.options = options
         self.waiters = waiters
         self.owner = owner
-        self.limits = Limits(options.max_result_bytes, options.max_state_bytes)
-        self._cond = threading.Condition()
-        self._activations: dict[int, Activation] = {}
-        #: The same activations by (actor_type, actor_id), for callers that know no pk.
-        self._identities: dict[tuple[str, str], Activation] = {}
-        self._queue: deque[Activation] = deque()
+        #: The activations held here and the run queue (``activations``).
+        self.table = ActivationTable()
+        #: Runs one turn of an activation (``turn_runner``).
+        self.runner = TurnRunner(store, registry, actions, options)
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
         self.running = False
-        #: Idle activations put back on the run queue by :meth:`signal` (for the poller).
-        self.woken = 0
-        #: Worker threads waiting for work in ``_take``.
-        self._idle_workers = 0
-        #: (actor type, operation) -> a decaying maximum of its turns' run time (s).
-        self._turn_seconds: dict[tuple[str, str], float] = {}
         self.effects = EffectRunner(store, registry, effects, options, owner, self.route)
         self.instrument: Instrumentation = self.effects.instrument  # see observability
         self.presence = Presence(store, options, owner, registry, self.effects.serving)
@@ -101,11 +91,11 @@ class WorkerPool(DirectTurns):
             traceparent=lambda key: self.instrument.traceparent(key),
         )
         self.batch_commit = BatchCommit(
-            store, options, self.turn_commit, self.instrument, self._drop
+            store, options, self.turn_commit, self.instrument, self.drop
         )
         self.capability = Capability(store, registry, options)
-        #: Projection tables made ready before a turn of their type runs here.
-        self.projections = ProjectionKeeper(store)
+        #: A warm sync call's turn in the caller's thread (``direct``).
+        self.direct = DirectTurns(self)
         self.poller = Poller(self)
         self.effects.on_idle_slot = self.poller.wake
         #: Called with (actor_type, actor_id) after a commit that wrote a broadcast row
@@ -152,7 +142,7 @@ class WorkerPool(DirectTurns):
     def stop(self, timeout: float = 30.0) -> None:
         """Finish in-flight turns, then release every lease so others take over at once."""
         if not self.running:
-            if self._activations:  # leases taken by testing.drain() and never released
+            if self.table.held():  # leases taken by testing.drain() and never released
                 self.release_all()
             return
         began = time.monotonic()
@@ -161,8 +151,7 @@ class WorkerPool(DirectTurns):
             self.store.transact(self.presence.draining)  # the registry says so meanwhile
         except DB_ERRORS:
             log.exception("could not mark this process draining in the registry")
-        with self._cond:
-            running = sum(1 for a in self._activations.values() if a.status == "running")
+        running = self.table.running()
         shutdown_log.info(
             "draining %s: finishing %d in-flight turn(s), taking no new work (up to %.0fs)",
             self.owner,
@@ -171,8 +160,7 @@ class WorkerPool(DirectTurns):
             extra={"solid_action": "draining", "solid_process": self.owner},
         )
         self.poller.wake()
-        with self._cond:
-            self._cond.notify_all()
+        self.table.wake_all()
         deadline = began + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -213,18 +201,9 @@ class WorkerPool(DirectTurns):
         """Give back every lease of this process, cached or orphaned: how many (None
         when the database could not be reached; they expire on their own)."""
         faults.point("shutdown.release")
-        with self._cond:
-            # Queued ones too: a signal during their last turn requeued them, and no
-            # thread takes work once stopping. A turn still running (a stuck thread) is
-            # left alone: its commit will be refused once the lease is released.
-            ending = [a for a in self._activations.values() if a.status != "running"]
-        for act in ending:
+        for act in self.table.clear():
             if deactivate(act):
                 self.instrument.deactivated(act.actor_type, act.actor_id)
-        with self._cond:
-            self._activations.clear()
-            self._identities.clear()
-            self._queue.clear()
         try:
             return self.store.transact(self._release_and_sign_off)
         except DB_ERRORS:
@@ -233,53 +212,7 @@ class WorkerPool(DirectTurns):
             )
             return None
 
-    # --- activation table -------------------------------------------------------------
-
-    def holds(self, pk: int) -> bool:
-        return pk in self._activations
-
-    def held(self) -> int:
-        return len(self._activations)
-
-    def held_pks(self) -> list[int]:
-        with self._cond:
-            return list(self._activations)
-
-    def still_held(self, pks: list[int]) -> list[Activation]:
-        """The activations of ``pks`` this process still caches (for lost leases: one
-        dropped meanwhile, after a retry released it, is not a loss)."""
-        if not pks:
-            return []
-        with self._cond:
-            return [a for a in map(self._activations.get, pks) if a is not None]
-
-    def turn_in_flight(self, pk: int) -> bool:
-        """Whether a turn of actor ``pk`` is in flight here: even once its lease has
-        expired, that turn's commit settles it (see ``BatchCommit._record_overrun``)."""
-        with self._cond:
-            act = self._activations.get(pk)
-            return act is not None and act.status == "running"
-
-    def holds_identity(self, actor_type: str, actor_id: str) -> bool:
-        with self._cond:
-            return (actor_type, actor_id) in self._identities
-
-    def pending_here(self, actor_type: str, actor_id: str, message_id: str) -> bool:
-        """Whether a worker of this process has the message still to run (head or inbox).
-
-        True means its outcome will be handed to a waiter registered now; False means
-        it may have finished already, or runs elsewhere: read the row.
-        """
-        with self._cond:
-            act = self._identities.get((actor_type, actor_id))
-            if act is None:
-                return False
-            if act.head is not None and act.head.id == message_id:
-                return True
-            return any(m.id == message_id for m in act.inbox.values())
-
-    def queued(self) -> int:
-        return len(self._queue)
+    # --- work arriving ----------------------------------------------------------------
 
     def adopt(self, claimed: Claimed) -> None:
         """Take over an actor whose lease this process just claimed, and queue it."""
@@ -293,42 +226,14 @@ class WorkerPool(DirectTurns):
             head=claimed.head,
             head_attempt=max(claimed.attempt, 1),
         )
-        with self._cond:
-            self._activations[act.pk] = act
-            self._identities[(act.actor_type, act.actor_id)] = act
-            act.status = "queued"
-            self._queue.append(act)
-            self._cond.notify()
+        self.table.add_queued(act)
         self.instrument.claimed(act.actor_type, act.actor_id)
-
-    def signal(self, pk: int, message: MessageRow | None = None) -> bool:
-        """New work for an actor this process may hold; False when it holds none.
-
-        ``message``, when this process enqueued it, is kept so the worker need not
-        read it back.
-        """
-        with self._cond:
-            act = self._activations.get(pk)
-            if act is None:
-                return False
-            if message is not None and message.seq is not None and message.seq > act.done_seq:
-                act.inbox[message.seq] = message
-            else:
-                act.check_mailbox = True
-            if act.status == "idle":
-                act.status = "queued"
-                self._queue.append(act)
-                self.woken += 1
-                self._cond.notify()
-            elif act.status == "running":
-                act.signaled = True
-            return True
 
     def route(self, enqueued: list[Enqueued]) -> None:
         """After a commit that enqueued messages: hand each to its local activation."""
         for item in enqueued:
             message = item.message
-            if message.status != "queued" or not self.signal(message.actor_pk, message):
+            if message.status != "queued" or not self.table.signal(message.actor_pk, message):
                 self.poller.wake()
 
     def deliver(self, due: list[tuple[str, int]]) -> None:
@@ -344,7 +249,7 @@ class WorkerPool(DirectTurns):
             self.poller.promote_later()
         faults.point("promote.committed")
         for _, pk in due:
-            if not self.signal(pk):
+            if not self.table.signal(pk):
                 self.poller.wake()
 
     def broadcasted(self, actor_type: str, actor_id: str) -> None:
@@ -359,13 +264,9 @@ class WorkerPool(DirectTurns):
             except Exception:
                 log.exception("realtime listener failed")
 
-    def _drop(self, act: Activation, *, release: bool = False) -> None:
+    def drop(self, act: Activation, *, release: bool = False) -> None:
         """Forget an activation; with ``release``, also give its lease back if still ours."""
-        with self._cond:
-            if self._activations.get(act.pk) is act:
-                del self._activations[act.pk]
-                if self._identities.get((act.actor_type, act.actor_id)) is act:
-                    del self._identities[(act.actor_type, act.actor_id)]
+        self.table.forget(act)
         if release:
             try:
                 self.store.transact(lambda tx: self.store.release(tx, act.lease))
@@ -381,64 +282,9 @@ class WorkerPool(DirectTurns):
                     },
                 )
 
-    def _hand_back(self, acts: list[Activation]) -> list[Activation]:
-        """Give activations not started yet to waiting threads; return those kept."""
-        with self._cond:
-            if not self._idle_workers:
-                return acts
-            for act in reversed(acts):
-                if self._activations.get(act.pk) is act:
-                    act.status = "queued"
-                    self._queue.appendleft(act)
-            self._cond.notify(len(acts))
-        return []
-
-    def _finish(self, act: Activation, *, requeue: bool) -> None:
-        with self._cond:
-            if self._activations.get(act.pk) is not act:
-                return
-            act.last_used = time.monotonic()
-            if requeue or act.signaled:
-                act.signaled = False
-                act.status = "queued"
-                self._queue.append(act)
-                self._cond.notify()
-            else:
-                act.status = "idle"
-
-    def _take(self, limit: int, timeout: float | None) -> list[Activation]:
-        """Up to ``limit`` queued activations, waiting up to ``timeout`` for the first.
-
-        A thread takes only its share while other worker threads wait for work: one
-        thread running several actors' turns one after the other would make a slow
-        turn delay an unrelated actor. Batching is for when every
-        thread is busy.
-        """
-        with self._cond:
-            if not self._queue and timeout:
-                self._idle_workers += 1
-                try:
-                    self._cond.wait(timeout)
-                finally:
-                    self._idle_workers -= 1
-            limit = min(limit, -(-len(self._queue) // (self._idle_workers + 1)))
-            taken: list[Activation] = []
-            while self._queue and len(taken) < limit:
-                act = self._queue.popleft()
-                act.status = "running"
-                taken.append(act)
-            return taken
-
     def idle_since(self, cutoff: float) -> list[Activation]:
         """Remove and return activations idle since before ``cutoff`` (monotonic)."""
-        with self._cond:
-            idle = [
-                a for a in self._activations.values() if a.status == "idle" and a.last_used < cutoff
-            ]
-            for a in idle:
-                del self._activations[a.pk]
-                if self._identities.get((a.actor_type, a.actor_id)) is a:
-                    del self._identities[(a.actor_type, a.actor_id)]
+        idle = self.table.remove_idle_since(cutoff)
         for a in idle:
             if deactivate(a):
                 self.instrument.deactivated(a.actor_type, a.actor_id)
@@ -448,7 +294,7 @@ class WorkerPool(DirectTurns):
 
     def _work(self) -> None:
         while not self._stopping.is_set():
-            acts = self._take(_TURN_BATCH, timeout=1.0)
+            acts = self.table.take(_TURN_BATCH, timeout=1.0)
             if not acts:
                 continue
             try:
@@ -456,35 +302,10 @@ class WorkerPool(DirectTurns):
             except BaseException:  # a worker thread must survive anything a turn does
                 log.exception("worker error; releasing %d activations", len(acts))
                 for act in acts:
-                    self._drop(act, release=True)
-
-    def _setup(self, act: Activation) -> BaseException | None:
-        """Hydrate the instance; an error here is a setup failure with an attempt budget."""
-        try:
-            definition = self.registry.get(act.actor_type)
-            self.projections.prepare(definition)
-            state = definition.load_state(act.state_json, act.state_version)
-            act.definition = definition
-            act.instance = definition.instantiate(act.actor_id, state)
-            activate(act)
-        except Exception as exc:
-            act.instance = None  # on_activate failed: hydrate and run it again next time
-            return exc
-        return None
-
-    def _committed_reminders(self, actor_pk: int) -> list[CommittedReminder]:
-        """What ``self.reminders()`` reads: the incarnation's committed reminders."""
-        with self.store.read() as tx:
-            rows = self.store.outbox.reminders_for(tx, actor_pk, MAX_REMINDERS_READ)
-        return [
-            (r.operation, r.key, r.due_at, r.every_ms, r.cron, r.timezone, r.arguments)
-            for r in rows
-        ]
+                    self.drop(act, release=True)
 
     def _load_head(self, act: Activation) -> bool:
-        with self._cond:
-            head = act.inbox.pop(act.done_seq + 1, None)
-            check, act.check_mailbox = act.check_mailbox, False
+        head, check = self.table.take_head(act)
         if head is not None:
             act.head = head
             act.head_attempt = max(act.head_attempt, 1)
@@ -497,7 +318,7 @@ class WorkerPool(DirectTurns):
             return False
         if head.status != "queued":
             # Our view is stale: another worker advanced this mailbox since our lease lapsed.
-            self._drop(act)
+            self.drop(act)
             return False
         act.head = head
         act.head_attempt = max(act.head_attempt, 1)
@@ -527,7 +348,7 @@ class WorkerPool(DirectTurns):
                     if turns[act] == 0:
                         self._release_if_empty(act)
                     else:
-                        self._finish(act, requeue=False)
+                        self.table.finish(act, requeue=False)
                     continue
                 allowed = self.options.max_turns_per_activation - turns[act]
                 self._start(act, pending, started, 1 if _limited(act) else allowed)
@@ -535,7 +356,7 @@ class WorkerPool(DirectTurns):
                 break
             faults.point("turn.executed")
             # Past the budget, the turns not started here go to idle threads, if any.
-            active = self._hand_back(waiting) if waiting else waiting
+            active = self.table.hand_back(waiting) if waiting else waiting
             due_now: list[tuple[str, int]] = []
             results = self._commit(pending)
             for i, ((act, message, outcome), committed) in enumerate(
@@ -549,7 +370,7 @@ class WorkerPool(DirectTurns):
                 # Move past the message before handing its outcome over: a caller that
                 # starts waiting meanwhile then sees it is no longer pending here
                 # (``pending_here``) and reads the row instead of waiting for a handover.
-                kept = self._settle(act, message, outcome, committed)
+                kept = self.settle(act, message, outcome, committed)
                 if outcome.kind != "retry":
                     self.waiters.resolve(
                         message.id, Outcome(outcome.kind, outcome.result, outcome.error)
@@ -559,17 +380,17 @@ class WorkerPool(DirectTurns):
                 if _limited(act):
                     # A limited type's lease is one turn: the type's live leases are
                     # its turns running now, and its other actors get their turn.
-                    self._drop(act, release=True)
+                    self.drop(act, release=True)
                     self.poller.wake()  # a slot is free: claim the next one now
                     continue
                 if i + 1 < len(pending) and pending[i + 1][0] is act:
                     continue  # the activation's chain goes on: decide after its last turn
                 if self._stopping.is_set() and self.running:
-                    self._finish(act, requeue=False)
+                    self.table.finish(act, requeue=False)
                 elif turns[act] >= self.options.max_turns_per_activation or (
                     yield_at is not None and time.monotonic() >= yield_at
                 ):
-                    self._finish(act, requeue=act.head is not None)
+                    self.table.finish(act, requeue=act.head is not None)
                 else:
                     active.append(act)
             self.deliver(due_now)
@@ -599,7 +420,7 @@ class WorkerPool(DirectTurns):
         committed_state = act.state_json
         for n in range(max(allowed, 1)):
             self.instrument.turn_started(message, act.head_attempt)
-            outcome = self._run_turn(act, message, committed_state)
+            outcome = self.runner.run(act, message, committed_state)
             self.instrument.turn_executed(message, act.head_attempt, outcome)
             pending.append((act, message, outcome))
             if (
@@ -612,18 +433,17 @@ class WorkerPool(DirectTurns):
                 or self._stopping.is_set()  # stopping finishes turns, starts none
             ):
                 return
-            with self._cond:
-                following = act.inbox.pop(message.seq + 1, None)
-                if following is not None and self.capability.missing(act, following):
-                    act.inbox[following.seq or message.seq + 1] = following  # left as head
-                    following = None
+            following = self.table.take_following(act, message.seq)
+            if following is not None and self.capability.missing(act, following):
+                self.table.put_back(act, following, following.seq or message.seq + 1)
+                following = None  # left as head
             if following is None:
                 return
             if outcome.state is not None:
                 committed_state = outcome.state
             message = following
 
-    def _settle(
+    def settle(
         self, act: Activation, message: MessageRow, outcome: TurnOutcome, committed: Committed
     ) -> bool:
         """After a turn committed: move the activation on; False if it was dropped."""
@@ -640,7 +460,7 @@ class WorkerPool(DirectTurns):
         ):
             self.poller.wake()
         if outcome.kind == "retry":
-            self._drop(act)  # the lease was released with the failure
+            self.drop(act)  # the lease was released with the failure
             return False
         self._advance(act, message, outcome, committed.next_head)
         return True
@@ -666,9 +486,7 @@ class WorkerPool(DirectTurns):
         act.done_seq = message.seq
         act.head = next_head
         act.head_attempt = 1
-        with self._cond:
-            for seq in [s for s in act.inbox if s <= act.done_seq]:
-                del act.inbox[seq]
+        self.table.drop_inbox_through(act, act.done_seq)
 
     def _start(
         self,
@@ -697,65 +515,15 @@ class WorkerPool(DirectTurns):
             log.warning("could not leave %s %r; its lease expires", act.actor_type, act.actor_id)
             given_up = None
         if given_up is None:
-            self._drop(act)
+            self.drop(act)
         return given_up
 
     def _release_if_empty(self, act: Activation) -> None:
         """A claimed actor with nothing to run: keep it cached, or give it back if fresh."""
         if (act.instance is None and act.definition is None) or _limited(act):
-            self._drop(act, release=True)
+            self.drop(act, release=True)
         else:
-            self._finish(act, requeue=False)
-
-    def _run_turn(
-        self, act: Activation, message: MessageRow, committed_state: str | None = None
-    ) -> TurnOutcome:
-        """Run one turn; ``committed_state`` is the state before it (default: the
-        activation's last committed state; in a chain, the previous turn's)."""
-        act.turn_seconds = 0.0
-        if act.head_attempt > self.options.max_attempts:
-            last = last_error(message)
-            return failure(
-                RuntimeError(
-                    f"message started {act.head_attempt - 1} times without finishing: "
-                    + (
-                        f"the last recorded failure: {last}"
-                        if last
-                        else "the worker running it crashed or lost its lease each time"
-                    )
-                ),
-                deterministic=True,
-            )
-        if act.instance is None:
-            error = self._setup(act)
-            if error is not None:
-                log.warning(
-                    "setup of %s %r failed: %r",
-                    act.actor_type,
-                    act.actor_id,
-                    error,
-                    extra={"solid_action": "setup_failed", **log_fields(message, act.head_attempt)},
-                )
-                return failure(error, deterministic=False)
-        assert act.definition is not None
-        began = time.monotonic()
-        ran_against = act.state_json if committed_state is None else committed_state
-        outcome = execute(
-            act.definition,
-            act.instance,
-            ran_against,
-            message,
-            self.limits,
-            self.actions.names(),
-            act.head_attempt,
-            functools.partial(self._committed_reminders, act.pk),
-        )
-        # A decaying maximum of the operation's run time, for direct turns (_fits).
-        key = (act.actor_type, message.operation)
-        took = act.turn_seconds = time.monotonic() - began
-        self._turn_seconds[key] = max(took, self._turn_seconds.get(key, took) / 2)
-        outcome.ran_against = ran_against
-        return outcome
+            self.table.finish(act, requeue=False)
 
     def _commit(
         self, pending: list[tuple[Activation, MessageRow, TurnOutcome]]
@@ -785,15 +553,14 @@ class WorkerPool(DirectTurns):
         # before it, so a signal received so far (an h: wake-up that came during the
         # turn) needs no head read after it; one that comes later sets the flag again.
         # A turn whose commit is refused drops its activation anyway.
-        with self._cond:
-            for (act, _, _), read in zip(pending, read_next, strict=True):
-                if read:
-                    act.check_mailbox = False
+        self.table.mailbox_read(
+            [act for (act, _, _), read in zip(pending, read_next, strict=True) if read]
+        )
 
         results = self.batch_commit.commit(pending, read_next)
         for (act, _, _), committed in zip(pending, results, strict=True):
             if committed is None:
-                self._drop(act)
+                self.drop(act)
         return results
 
     # --- testing ----------------------------------------------------------------------
@@ -812,7 +579,7 @@ class WorkerPool(DirectTurns):
             progressed += self.poller.poll_once(capacity=10_000, now_ms=now_ms)
             progressed += self.effects.poll(inline=True)
             while True:
-                acts = self._take(_TURN_BATCH, timeout=None)
+                acts = self.table.take(_TURN_BATCH, timeout=None)
                 if not acts:
                     break
                 turns = self.run_activations(acts)
@@ -820,9 +587,7 @@ class WorkerPool(DirectTurns):
                 progressed += turns
             if progressed:
                 continue
-            with self._cond:
-                busy = any(a.status != "idle" for a in self._activations.values())
-            if not busy:
+            if not self.table.busy():
                 break
             time.sleep(0.005)
         if not self.running:

@@ -76,7 +76,7 @@ class TurnStatements(StorePart):
         ``notify_done`` tells a caller waiting in another process (PostgreSQL).
 
         ``direct`` commits a message that was never enqueued (see
-        ``WorkerPool.run_here``): the same statement also appends it to the mailbox,
+        ``DirectTurns.run_here``): the same statement also appends it to the mailbox,
         fenced on the mailbox being empty, and the message row is inserted finished.
         """
         assert message.seq is not None
