@@ -158,6 +158,11 @@ class _Message(Generic[RT]):
     def operation(self) -> str:
         return self._operation.name
 
+    def decode_result(self, result: str | None) -> Any:
+        """The operation's committed result text as the value a caller gets (the
+        engine settles a terminal outcome through it)."""
+        return self._operation.decode_result(result)
+
     def with_options(self, *, authorization: Any = None) -> Self:
         """This reference, read with another authorization context."""
         return type(self)(

@@ -11,12 +11,11 @@ same names as coroutines.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from types import TracebackType
@@ -31,19 +30,19 @@ from .admin import Administration
 from .authorization import bind_caller_loop, check_policies, wrap_async_policies
 from .catalogue import CATALOGUE
 from .database import library_engine, listen_engine, replica_engine
-from .definition import Operation
 from .engine.client import Client
 from .engine.kernel import AsyncKernel, Kernel
 from .engine.notices import NoticeDispatch
 from .engine.outcomes import Waiters
 from .engine.projections import find as find_by_projection
+from .engine.stop_requests import StopRequests
 from .engine.wakeup import listener_for
 from .engine.worker import WorkerPool
 from .errors import ApplicationWriteForbidden, ConfigurationError
 from .flow import Rate, effect_limits
 from .options import Options
 from .projections import FoundPage
-from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref, resolve_operation
+from .ref import AsyncMessageReference, AsyncRef, MessageReference, Ref
 from .registry import NamedHandlers, Registry
 from .store import Store
 from .store.store import new_owner
@@ -142,12 +141,11 @@ class Runtime:
             self._client.listening.notified = self._listener.listening.is_set
             self._client.listening.connection = self._listen_connection
         #: The internals the library's own parts share (``engine/kernel.py``).
-        self.kernel = Kernel(self._client, self._pool, self._listener, self._notices)
+        self._stops = StopRequests()
+        self.kernel = Kernel(self._client, self._pool, self._listener, self._notices, self._stops)
         self._closed = False
         #: Serializes start/stop/close, so a close() during run() waits for nothing twice.
         self._lifecycle = threading.RLock()
-        self._stop_requested = threading.Event()
-        self._stop_listeners: list[Callable[[], None]] = []
         self.testing = Testing(self)
         #: The administration API; denies everything until ``admin.set_policy(...)``.
         self.admin = Administration(self)
@@ -288,18 +286,9 @@ class Runtime:
         ``authorize_message`` is asked with the stored request and ``authorization``;
         with a policy configured, a missing message is refused as one not allowed.
         """
-        found = self._find_message(cls, message_id, authorization)
-        return MessageReference(self, *found, authorization=authorization)
-
-    def _find_message(
-        self, cls: type[A], message_id: str, authorization: Any
-    ) -> tuple[str, Operation, str, str]:
-        """(id, operation, actor_type, actor_id) of a stored message of ``cls``."""
         definition = self.registry.register(cls)
-        row = self._client.messages.read_message(
-            message_id, definition.actor_type, None, None, authorization
-        )
-        return row.id, resolve_operation(definition, row.operation), row.actor_type, row.actor_id
+        found = self._client.messages.locate(definition, message_id, authorization)
+        return MessageReference(self, *found, authorization=authorization)
 
     def guard(self, engine: Engine) -> Engine:
         """Refuse writes through ``engine`` that would escape a turn's commit.
@@ -369,7 +358,7 @@ class Runtime:
 
         A :meth:`run` in another thread returns once this is done.
         """
-        self._request_stop()
+        self._stops.request()
         with self._lifecycle:
             shutdown.unwatch(self)
             self._pool.stop(timeout)
@@ -388,14 +377,14 @@ class Runtime:
     def run(self) -> None:
         """Run workers until SIGTERM/SIGINT, :meth:`request_stop`, :meth:`stop` or
         :meth:`close`, then drain and return."""
-        self._stop_requested.clear()
+        self._stops.clear()
         previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, lambda *_: self.request_stop())
         try:
             self.start()
-            while not self._stop_requested.wait(1.0):
+            while not self._stops.wait(1.0):
                 pass
             log.info("stopping: finishing in-flight turns", extra={"solid_action": "stopping"})
         finally:
@@ -406,21 +395,7 @@ class Runtime:
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to return after draining (safe from a signal handler)."""
-        self._request_stop()
-
-    def _request_stop(self) -> None:
-        self._stop_requested.set()
-        for wake in list(self._stop_listeners):
-            wake()
-
-    @contextlib.contextmanager
-    def _stop_listener(self, wake: Callable[[], None]) -> Iterator[None]:
-        """Call ``wake`` on every stop request while the block runs (AsyncRuntime.run)."""
-        self._stop_listeners.append(wake)
-        try:
-            yield
-        finally:
-            self._stop_listeners.remove(wake)
+        self._stops.request()
 
     def close(self) -> None:
         """Stop workers, release leases, and dispose of the connection pool.
@@ -602,7 +577,10 @@ class AsyncRuntime:
         self, cls: type[A], message_id: str, *, authorization: Any = None
     ) -> AsyncMessageReference[Any]:
         """Rebuild a reference to a message sent earlier (for example in another process)."""
-        found = await self._run(self.sync._find_message, cls, message_id, authorization)
+        definition = self.sync.registry.register(cls)
+        found = await self._run(
+            self.kernel.client.messages.locate, definition, message_id, authorization
+        )
         return AsyncMessageReference(self, *found, authorization=authorization)
 
     def enlist_sends(self, finder: Callable[[str, str], Any]) -> None:
@@ -645,13 +623,14 @@ class AsyncRuntime:
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 pass
 
-        self.sync._stop_requested.clear()
-        with self.sync._stop_listener(wake):
+        stops = self.kernel.sync.stops
+        stops.clear()
+        with stops.waking(wake):
             try:
                 await self.start()
                 await stopped.wait()
             finally:
-                if not self.sync._closed:  # close() stopped everything already
+                if not self.kernel.sync.closed:  # close() stopped everything already
                     await asyncio.shield(self.stop())
 
     def request_stop(self) -> None:

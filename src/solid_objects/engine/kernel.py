@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..store.rows import Enqueued
     from .client import Client
     from .notices import NoticeDispatch
+    from .stop_requests import StopRequests
     from .wakeup import Listener
     from .worker import WorkerPool
 
@@ -37,6 +38,7 @@ class Kernel:
         pool: WorkerPool,
         listener: Listener | None,
         notices: NoticeDispatch,
+        stops: StopRequests,
     ) -> None:
         #: Calls, sends, outcomes, queries and authorization: the faces' one engine.
         self.client = client
@@ -47,6 +49,13 @@ class Kernel:
         self.listener = listener
         #: What a payload from the wake-up channel does here.
         self.notices = notices
+        #: What ``run()`` waits on, on both faces.
+        self.stops = stops
+
+    @property
+    def closed(self) -> bool:
+        """Whether the runtime is closed (``close()`` ran, no ``start()`` since)."""
+        return self.client.state == "closed"
 
     # --- workers --------------------------------------------------------------------------
 

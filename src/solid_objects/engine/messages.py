@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..codec import decode_json
+from ..definition import ActorDefinition, Operation, resolve_operation
 from ..errors import (
     ActorDestroyed,
     DatabaseError,
@@ -100,6 +101,15 @@ class SentMessages:
             log.debug("reading message %s failed (%r); will retry", message_id, exc)
             return None
 
+    def locate(
+        self, definition: ActorDefinition, message_id: str, context: Any
+    ) -> tuple[str, Operation, str, str]:
+        """(id, operation, actor_type, actor_id) of a stored message of ``definition``'s
+        type, read as :meth:`read_message` allows: what ``runtime.message()`` rebuilds
+        a reference from."""
+        row = self.read_message(message_id, definition.actor_type, None, None, context)
+        return row.id, resolve_operation(definition, row.operation), row.actor_type, row.actor_id
+
     def read_message(
         self,
         message_id: str,
@@ -177,7 +187,7 @@ class SentMessages:
 def settle(message: MessageReference[Any], outcome: Outcome) -> Any:
     """The value a caller gets for a terminal outcome, or the exception it raises."""
     if outcome.status == "completed":
-        return message._operation.decode_result(outcome.result)
+        return message.decode_result(outcome.result)
     if outcome.status == "cancelled":
         raise MessageCancelled(f"message {message.id} was cancelled before it ran")
     if outcome.status == "destroyed":

@@ -302,7 +302,7 @@ class MailboxStatements(StorePart):
             # If one held it first, this waited for its commit: read the row again.
             tx.scalar(share, {"lock_key": incarnation_lock_key(pk)})
             pk, now = self._target_row(tx, actor_type, actor_id)
-        existing = self._keyed_message(tx, pk, idempotency_key)
+        existing = self.keyed_message(tx, pk, idempotency_key)
         if existing is not None:
             return existing
         message = scheduled_message(
@@ -358,7 +358,7 @@ class MailboxStatements(StorePart):
         )
         return None if pk is None else int(pk)
 
-    def _keyed_message(self, tx: Tx, pk: int, key: str | None) -> MessageRow | None:
+    def keyed_message(self, tx: Tx, pk: int, key: str | None) -> MessageRow | None:
         """The message already sent to actor ``pk`` with idempotency key ``key``, if any."""
         if key is None:
             return None
@@ -440,7 +440,7 @@ class MailboxStatements(StorePart):
         row = self._lock_actor(tx, actor_type, actor_id, actor_pk)
         pk, next_seq, done_seq, owner, expires, paused, ready_at, generation, now = row
         pk, now = int(pk), int(now)
-        existing = self._keyed_message(tx, pk, idempotency_key)
+        existing = self.keyed_message(tx, pk, idempotency_key)
         if existing is not None:
             if existing.operation != operation or existing.arguments != arguments:
                 raise IdempotencyConflict(

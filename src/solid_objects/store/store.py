@@ -722,7 +722,7 @@ class Store:
     ) -> MessageRow:
         """Record a message to an incarnation that no longer exists as ``destroyed`` (what
         :meth:`destroy` made of its other messages), once per idempotency key."""
-        existing = self.mailbox._keyed_message(tx, actor_pk, idempotency_key)
+        existing = self.mailbox.keyed_message(tx, actor_pk, idempotency_key)
         if existing is not None:
             return existing
         now = self.now(tx)
