@@ -446,7 +446,9 @@ def test_inspect_shows_state_mailbox_lease_effects_and_reminders(
             "SELECT pk, lease_generation FROM solid_actors WHERE actor_id = 'L'"
         )
     # a worker elsewhere claims it (and, say, is running the head message now)
-    assert rt.store.transact(lambda tx: rt.store.claim(tx, pk, generation, "9-worker", 30_000))
+    assert rt.store.transact(
+        lambda tx: rt.store.leases.claim(tx, pk, generation, "9-worker", 30_000)
+    )
 
     detail = ops.inspect_actor("Ledger", "L")
     assert detail.state == {"entries": ["first"]}

@@ -277,7 +277,7 @@ def test_a_free_lease_is_claimed_with_the_message_as_head(
     assert token == lease.token
     assert ready <= now < expires <= ready + 45_000
     with rt.store.read() as tx:
-        assert rt.store.load_claimed(tx, lease) == done.claimed  # what a read would say
+        assert rt.store.leases.load_claimed(tx, lease) == done.claimed  # what a read would say
     # A second enqueue finds the lease ours: no claim, no wake-up, attempt unchanged.
     again = enqueue(rt.store, "free", payloads, claim_for="me-1")
     assert (again.claimed, payloads, actor(rt, "free")["attempt"]) == (None, [], 1)
@@ -389,7 +389,7 @@ def test_a_free_lease_behind_an_earlier_head_is_claimed_with_that_head(
     assert (done.claimed.state, done.claimed.state_version) == ("[1]", 3)
     assert (done.claimed.done_seq, done.claimed.attempt) == (1, 3)
     with rt.store.read() as tx:
-        assert rt.store.load_claimed(tx, done.claimed.lease) == done.claimed
+        assert rt.store.leases.load_claimed(tx, done.claimed.lease) == done.claimed
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)

@@ -218,7 +218,7 @@ def test_a_message_that_keeps_killing_its_worker_becomes_a_dead_letter(
                 "SELECT lease_generation FROM solid_actors WHERE pk = :pk", {"pk": pk}
             )
         claimed = rt.store.transact(
-            lambda tx, g=generation, n=n: rt.store.claim(tx, pk, g, f"dead-worker-{n}", 1)
+            lambda tx, g=generation, n=n: rt.store.leases.claim(tx, pk, g, f"dead-worker-{n}", 1)
         )
         assert claimed is not None
         rt.store.transact(
@@ -247,7 +247,9 @@ def test_a_process_retaking_its_own_expired_lease_uses_up_no_attempt(
             generation = tx.scalar(
                 "SELECT lease_generation FROM solid_actors WHERE pk = :pk", {"pk": pk}
             )
-        assert rt.store.transact(lambda tx, g=generation: rt.store.claim(tx, pk, g, rt.owner, 1))
+        assert rt.store.transact(
+            lambda tx, g=generation: rt.store.leases.claim(tx, pk, g, rt.owner, 1)
+        )
         rt.store.transact(
             lambda tx: tx.run(
                 "UPDATE solid_actors SET lease_expires_at = 0 WHERE pk = :pk", {"pk": pk}

@@ -101,14 +101,14 @@ def test_a_stale_lease_cannot_commit_over_a_newer_holder(
     message = rt.ref(Journal, "f").write.send(text="m")
     with store.read() as tx:
         pk, generation = tx.row("SELECT pk, lease_generation FROM solid_actors")
-    stale = store.transact(lambda tx: store.claim(tx, pk, generation, "worker-a", 60_000))
+    stale = store.transact(lambda tx: store.leases.claim(tx, pk, generation, "worker-a", 60_000))
     assert stale is not None and stale.head is not None
     # worker-a stalls past its lease; worker-b takes over and commits
     store.transact(
         lambda tx: tx.run("UPDATE solid_actors SET lease_expires_at = 0 WHERE pk = :pk", {"pk": pk})
     )
     fresh = store.transact(
-        lambda tx: store.claim(tx, pk, stale.lease.generation, "worker-b", 60_000)
+        lambda tx: store.leases.claim(tx, pk, stale.lease.generation, "worker-b", 60_000)
     )
     assert fresh is not None and fresh.lease.generation == stale.lease.generation + 1
     head = fresh.head

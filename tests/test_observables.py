@@ -143,13 +143,13 @@ def test_a_lost_lease_writes_no_broadcast(make_runtime: Callable[..., Runtime]) 
     rt.ref(ObservedScore, "stale").score.send(n=1)
     with store.read() as tx:
         pk, generation = tx.row("SELECT pk, lease_generation FROM solid_actors")
-    stale = store.transact(lambda tx: store.claim(tx, pk, generation, "worker-a", 60_000))
+    stale = store.transact(lambda tx: store.leases.claim(tx, pk, generation, "worker-a", 60_000))
     assert stale is not None and stale.head is not None
     store.transact(
         lambda tx: tx.run("UPDATE solid_actors SET lease_expires_at = 0 WHERE pk = :pk", {"pk": pk})
     )
     fresh = store.transact(
-        lambda tx: store.claim(tx, pk, stale.lease.generation, "worker-b", 60_000)
+        lambda tx: store.leases.claim(tx, pk, stale.lease.generation, "worker-b", 60_000)
     )
     assert fresh is not None
     definition = rt.registry.get("ObservedScore")

@@ -469,7 +469,9 @@ def claim_till(rt: Runtime, actor_id: str, owner: str) -> Claimed:
     store.transact(
         lambda tx: tx.run("UPDATE {actors} SET lease_expires_at = 0 WHERE pk = :pk", {"pk": pk})
     )
-    claimed = store.transact(lambda tx: store.claim(tx, int(pk), int(generation), owner, 60_000))
+    claimed = store.transact(
+        lambda tx: store.leases.claim(tx, int(pk), int(generation), owner, 60_000)
+    )
     assert claimed is not None and claimed.head is not None
     return claimed
 

@@ -96,7 +96,9 @@ def claim(rt: Runtime, actor_id: str, owner: str, generation: int | None = None)
         store.transact(
             lambda tx: tx.run("UPDATE {actors} SET lease_expires_at = 0 WHERE pk = :pk", {"pk": pk})
         )
-    claimed = store.transact(lambda tx: store.claim(tx, int(pk), int(current), owner, 60_000))
+    claimed = store.transact(
+        lambda tx: store.leases.claim(tx, int(pk), int(current), owner, 60_000)
+    )
     assert claimed is not None and claimed.head is not None
     return claimed
 

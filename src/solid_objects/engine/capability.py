@@ -81,7 +81,7 @@ class Capability:
         waited_ms = now - max(message.available_at, message.created_at or 0)
         if gap is not None and timeout is not None and waited_ms >= timeout * 1000:
             return failure(self._error(act, message, gap, waited_ms), deterministic=True)
-        self.store.transact(lambda tx: self.store.leave(tx, act.lease))
+        self.store.transact(lambda tx: self.store.leases.leave(tx, act.lease))
         self.pass_over(act.pk)
         with self._lock:  # a WARNING once per thing missing, then DEBUG
             first = missing not in self._warned

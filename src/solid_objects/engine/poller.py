@@ -87,7 +87,7 @@ class Poller:
                 # the round and hold up every other type's.
                 full = set(self.store.limits.saturated(tx, limits))
                 types = tuple(t for t in types if t not in full)
-            ready = self.store.find_ready(
+            ready = self.store.leases.find_ready(
                 tx, pool.owner, capacity + pool.table.held(), types, now_ms=now_ms
             )
         woken = pool.table.woken
@@ -119,7 +119,7 @@ class Poller:
 
         def claim_all(tx: Tx) -> list[Claimed]:
             got = (
-                self.store.claim(
+                self.store.leases.claim(
                     tx, r.pk, r.lease_generation, pool.owner, self.options.lease_ms, now_ms=now_ms
                 )
                 for r in claimable
@@ -155,7 +155,7 @@ class Poller:
         for r in claimable:
             limit = None if limits is None else limits.get(r.key[0])
             claim = functools.partial(
-                self.store.claim,
+                self.store.leases.claim,
                 pk=r.pk,
                 generation=r.lease_generation,
                 owner=pool.owner,
@@ -228,10 +228,12 @@ class Poller:
         def body(tx: Tx) -> list[tuple[str, int, int]]:
             pool.presence.beat(tx)
             lost.clear()
-            if held and self.store.renew(tx, pool.owner, held, self.options.lease_ms) < len(held):
-                lost.extend(self.store.lost_leases(tx, pool.owner, held))
+            if held and self.store.leases.renew(tx, pool.owner, held, self.options.lease_ms) < len(
+                held
+            ):
+                lost.extend(self.store.leases.lost_leases(tx, pool.owner, held))
             for a in idle:
-                self.store.release(tx, a.lease)
+                self.store.leases.release(tx, a.lease)
             return pool.presence.recover_stale_peers(tx)
 
         try:
@@ -284,7 +286,7 @@ class Poller:
         self._renew_apart(held)
         for a in idle:
             try:
-                self.store.transact(functools.partial(self.store.release, lease=a.lease))
+                self.store.transact(functools.partial(self.store.leases.release, lease=a.lease))
             except DB_ERRORS:
                 pass  # the lease expires by itself
         try:
@@ -300,7 +302,7 @@ class Poller:
             return
         try:
             self.store.transact(
-                lambda tx: self.store.renew(tx, self.pool.owner, pks, self.options.lease_ms)
+                lambda tx: self.store.leases.renew(tx, self.pool.owner, pks, self.options.lease_ms)
             )
         except DB_ERRORS as exc:
             if len(pks) == 1:

@@ -193,7 +193,7 @@ class WorkerPool:
         self.instrument.process_event("stopped", self.owner)
 
     def _release_and_sign_off(self, tx: Tx) -> int:
-        released = self.store.release_all(tx, self.owner)
+        released = self.store.leases.release_all(tx, self.owner)
         self.presence.stopped(tx)
         return released
 
@@ -269,7 +269,7 @@ class WorkerPool:
         self.table.forget(act)
         if release:
             try:
-                self.store.transact(lambda tx: self.store.release(tx, act.lease))
+                self.store.transact(lambda tx: self.store.leases.release(tx, act.lease))
             except DB_ERRORS:
                 log.warning(
                     "could not release %s %r; the poller will reclaim it",

@@ -80,7 +80,7 @@ class StorePart:
         return self.store.transact(body, isolated=isolated)
 
     def load_claimed(self, tx: Tx, lease: Lease) -> Claimed | None:
-        return self.store.load_claimed(tx, lease)
+        return self.store.leases.load_claimed(tx, lease)
 
     def head_message(self, tx: Tx, pk: int, seq: int) -> MessageRow | None:
         return self.store.head_message(tx, pk, seq)

@@ -284,7 +284,7 @@ class EnqueueBatcher:
     stable, so enqueues to one actor keep their arrival order. The other writers that
     lock several actor rows use the same order: ``promote``, a worker's commit of
     several actors' turns, the poller's claims, the lease renewal on PostgreSQL
-    (``Store.renew``). A deadlock that remains possible (with a worker's commit
+    (``store.leases.renew``). A deadlock that remains possible (with a worker's commit
     inserting a ``send_to`` target's row, with a renewal on MariaDB) rolls the whole
     batch back and ``commit`` (``Store.transact``) runs it again from scratch: bodies
     are functions of the transaction alone.
