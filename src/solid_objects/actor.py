@@ -14,7 +14,8 @@ from typing import Any, ClassVar, Concatenate, Generic, Literal, ParamSpec, Self
 
 from . import staging
 from .catalogue import CATALOGUE
-from .definition import ActorDefinition, build_definition, operation_of
+from .declarations import build_definition
+from .definition import ActorDefinition, operation_of
 from .message import MessageInfo
 from .observe import payload
 from .reminders import Reminder

@@ -47,7 +47,7 @@ from mypy.types import (
     get_proper_type,
 )
 
-from .definition import HOOK_NAMES
+from .declarations import HOOK_NAMES
 
 _ACTOR = "solid_objects.actor.Actor"
 _QUERY = "solid_objects.actor.query"
