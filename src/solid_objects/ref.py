@@ -396,7 +396,7 @@ class Ref(_Actor["Runtime", A]):
         ``include`` adds values derived from that state, by name: a ``@property``, an
         argument-less ``@query`` (authorized as that query) or a ``@projection``.
         """
-        return self._runtime.kernel.client.snapshot(
+        return self._runtime.kernel.client.reads.snapshot(
             self._definition,
             self.actor_id,
             context=self._options.authorization,
@@ -545,7 +545,7 @@ class AsyncRef(_Actor["AsyncRuntime", A]):
         """The actor's committed state as a dict (authorized like a query), with the
         derived values named in ``include`` (:meth:`Ref.snapshot`)."""
         return await self._runtime.kernel.offload(
-            self._runtime.kernel.client.snapshot,
+            self._runtime.kernel.client.reads.snapshot,
             self._definition,
             self.actor_id,
             context=self._options.authorization,

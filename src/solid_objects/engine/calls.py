@@ -56,7 +56,7 @@ def _start_arguments(call: Call, deadline: float) -> tuple[Any, ...]:
 def run(client: Client, call: Call, reference: Reference) -> Any:
     """Run ``call`` and return its committed result (or raise its failure)."""
     if call.operation.is_query:
-        return client.query(
+        return client.reads.query(
             *_query_arguments(call),
             context=call.options.authorization,
             stale_ok=call.options.stale_ok,
@@ -75,7 +75,7 @@ async def run_async(client: Client, call: Call, reference: Reference, offload: O
         context = call.options.authorization
         stale_ok = call.options.stale_ok
         return await offload(
-            client.query, *_query_arguments(call), context=context, stale_ok=stale_ok
+            client.reads.query, *_query_arguments(call), context=context, stale_ok=stale_ok
         )
     deadline = _begin(client, call)
     message = reference(call, await offload(client.start_call, *_start_arguments(call, deadline)))

@@ -8,11 +8,9 @@ how a caller waits for an outcome (and what a timed-out call says) is :mod:`.wai
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -26,8 +24,6 @@ from ..errors import (
     DatabaseError,
     IdempotencyConflict,
     InvalidArguments,
-    InvalidState,
-    QueryMutatedState,
     RuntimeClosed,
     RuntimeNotStarted,
 )
@@ -39,7 +35,7 @@ from . import calls, external
 from .access import Access
 from .messages import InFlight, SentMessages
 from .outcomes import Outcome, Waiters
-from .snapshots import check_include, derived_values
+from .reads import CommittedReads
 from .transactions import OpenTransactions
 from .waiting import Listening, Waiting
 from .worker import WorkerPool
@@ -78,8 +74,8 @@ def _queue_fields(options: CallOptions) -> _QueueFields:
 class Client:
     """The engine's face to callers, composed of the parts each concern lives in:
     ``access`` (the policies), ``messages`` (reads of sent messages), ``waiting`` (a
-    caller's wait for an outcome); the enqueue paths and reads of committed state are
-    here."""
+    caller's wait for an outcome), ``reads`` (committed state: ``snapshot``,
+    ``@query``); the enqueue paths are here."""
 
     def __init__(self, store: Store, pool: WorkerPool, waiters: Waiters, options: Options) -> None:
         self.store = store
@@ -100,6 +96,7 @@ class Client:
         self.waiting = Waiting(
             store, pool, waiters, options, self.messages, self.in_flight, self.listening
         )
+        self.reads = CommittedReads(store, options, self.access, self.ensure_schema)
 
     def ensure_schema(self) -> None:
         if not self._schema_checked:
@@ -546,73 +543,6 @@ class Client:
         raise RuntimeNotStarted(
             "this runtime runs no workers yet: use `with runtime:` (or runtime.start()) "
             "before calling, or create it with workers=0 if other processes run them"
-        )
-
-    # --- reads of committed state -----------------------------------------------------
-
-    def load_state(
-        self, definition: ActorDefinition, actor_id: str, *, stale_ok: bool = False
-    ) -> dict[str, Any]:
-        self.ensure_schema()
-        with self.store.stale_read() if stale_ok else self.store.read() as tx:
-            found = self.store.actor_state(tx, definition.actor_type, actor_id)
-        if found is None:
-            return definition.default_state()
-        return definition.load_state(found[0], found[1])
-
-    def snapshot(
-        self,
-        definition: ActorDefinition,
-        actor_id: str,
-        *,
-        context: Any = None,
-        include: Iterable[str] = (),
-        stale_ok: bool = False,
-    ) -> dict[str, Any]:
-        names = check_include(definition, include)
-        self.access.authorize("query", context, definition.actor_type, actor_id)
-        state = self.load_state(definition, actor_id, stale_ok=stale_ok)
-        shown: dict[str, Any] = definition.state.dump_python(state, mode="json")
-        if names:
-            shown.update(derived_values(self, definition, actor_id, state, names, context=context))
-        return shown
-
-    def query(
-        self,
-        definition: ActorDefinition,
-        actor_id: str,
-        operation: Operation,
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
-        *,
-        context: Any = None,
-        stale_ok: bool = False,
-    ) -> Any:
-        """Run a ``@query`` on a throwaway instance holding the committed state (the
-        replica's, within ``replica_max_lag``, when ``stale_ok``)."""
-        encoded = operation.encode_arguments(args, kwargs, limit=self.options.max_payload_bytes)
-        self.access.authorize(
-            "query", context, definition.actor_type, actor_id, operation.name, encoded
-        )
-        arguments = operation.decode_arguments(encoded)
-        state = self.load_state(definition, actor_id, stale_ok=stale_ok)
-        instance = definition.instantiate(actor_id, state)
-        limit = self.options.max_state_bytes
-        before = definition.dump_state(state, limit=limit)
-        value = operation.function(instance, **arguments)
-        if inspect.isawaitable(value):
-            value = asyncio.run(value)  # type: ignore[arg-type]
-        try:
-            after = definition.dump_state(definition.capture_state(instance), limit=limit)
-        except (InvalidArguments, InvalidState):  # changed, and into something invalid
-            after = None
-        if after != before:
-            raise QueryMutatedState(
-                f"@query {definition.actor_type}.{operation.name} changed the actor's state; "
-                "a query's changes are never committed: make it an operation"
-            )
-        return operation.decode_result(
-            operation.encode_result(value, limit=self.options.max_result_bytes)
         )
 
     def destroy(self, definition: ActorDefinition, actor_id: str, *, context: Any = None) -> bool:

@@ -20,7 +20,7 @@ from ..errors import InvalidArguments
 from ..projections import is_projection
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .reads import CommittedReads
 
 
 def check_include(definition: ActorDefinition, include: Iterable[str]) -> tuple[str, ...]:
@@ -57,7 +57,7 @@ def check_include(definition: ActorDefinition, include: Iterable[str]) -> tuple[
 
 
 def derived_values(
-    client: Client,
+    reads: CommittedReads,
     definition: ActorDefinition,
     actor_id: str,
     state: dict[str, Any],
@@ -67,12 +67,12 @@ def derived_values(
 ) -> dict[str, Any]:
     """The values of ``names`` against ``state`` (the snapshot's committed state)."""
     instance = definition.instantiate(actor_id, state)
-    limit = client.options.max_result_bytes
+    limit = reads.options.max_result_bytes
     values: dict[str, Any] = {}
     for name in names:
         operation = definition.operation(name)
         if operation is not None and operation.is_query:
-            values[name] = client.query(definition, actor_id, operation, (), {}, context=context)
+            values[name] = reads.query(definition, actor_id, operation, (), {}, context=context)
             continue
         value = getattr(instance, name)
         if callable(value):  # a @projection method
