@@ -1460,11 +1460,11 @@ def override_engine_options(pairs: list[str]) -> dict[str, Any]:
     """An experiment: change the library's server engine settings from outside.
 
     ``KEY=VALUE`` pairs (VALUE as JSON: ``64``, ``false``) are added to the keyword
-    arguments ``solid_objects.runtime`` passes to ``create_engine`` for PostgreSQL
+    arguments ``solid_objects.database`` passes to ``create_engine`` for PostgreSQL
     and MySQL/MariaDB, e.g. ``pool_size=64`` or ``pool_pre_ping=false``. Nothing
     under ``src/`` changes; the report records the overrides.
     """
-    import solid_objects.runtime as runtime_module
+    import solid_objects.database as database_module
 
     overrides: dict[str, Any] = {}
     for pair in pairs:
@@ -1474,14 +1474,14 @@ def override_engine_options(pairs: list[str]) -> dict[str, Any]:
         overrides[key] = json.loads(value)
     if not overrides:
         return overrides
-    original = getattr(runtime_module, "create_engine")  # noqa: B009 (not exported)
+    original = getattr(database_module, "create_engine")  # noqa: B009 (not exported)
 
     def patched(url: Any, **kwargs: Any) -> Any:
         if make_url(url).get_backend_name() != "sqlite":
             kwargs.update(overrides)
         return original(url, **kwargs)
 
-    setattr(runtime_module, "create_engine", patched)  # noqa: B010 (not exported)
+    setattr(database_module, "create_engine", patched)  # noqa: B010 (not exported)
     return overrides
 
 
