@@ -17,6 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "solid_objects"
 #: The model layer: actor classes, their definitions and what a turn stages.
 MODEL = {
     "actor",
+    "declarations",
     "definition",
     "staging",
     "message",
