@@ -1,4 +1,4 @@
-"""Issue 13, "the first hour": what a new user did, as a test each.
+"""The first hour: what a new user did, as a test each.
 
 The user's project is a folder with ``myapp/actors.py`` (an actor class and a module
 level runtime, as the README shows); the commands run as real ``python -m
