@@ -126,18 +126,7 @@ class Waiting:
         """Wait for the outcome until ``deadline`` (default: ``timeout`` from now)."""
         if not message.verified:
             self.messages.checked(message)
-        limit = self.options.call_timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit if deadline is None else deadline
-        adopted = self.waiters.adopt(message.id, self.listening.connection())
-        late = adopted is None  # not registered before its enqueue, nor remembered
-        future: Future[Outcome] = adopted or self.waiters.register(message.id)
-        self._mark_if_local(message)
-        poll = _Poll(
-            self.waiters,
-            message.id,
-            read_first=self._may_be_done(message, late),
-            notified=self.listening.notified,
-        )
+        limit, deadline, future, poll = self._begin(message, timeout, deadline)
         try:
             while True:
                 remaining = deadline - time.monotonic()
@@ -172,18 +161,8 @@ class Waiting:
         """The asyncio wait: the same loop, awaiting instead of blocking."""
         if not message.verified:
             await run(self.messages.checked, message)
-        limit = self.options.call_timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit if deadline is None else deadline
-        adopted = self.waiters.adopt(message.id, self.listening.connection())
-        late = adopted is None  # not registered before its enqueue, nor remembered
-        future = asyncio.wrap_future(adopted or self.waiters.register(message.id))
-        self._mark_if_local(message)
-        poll = _Poll(
-            self.waiters,
-            message.id,
-            read_first=self._may_be_done(message, late),
-            notified=self.listening.notified,
-        )
+        limit, deadline, registered, poll = self._begin(message, timeout, deadline)
+        future = asyncio.wrap_future(registered)
         try:
             while True:
                 remaining = deadline - time.monotonic()
@@ -202,6 +181,26 @@ class Waiting:
                     raise CallTimeout(await run(self.diagnose, message.id, limit), message)
         finally:
             self.waiters.forget(message.id)
+
+    def _begin(
+        self, message: MessageReference[Any], timeout: float | None, deadline: float | None
+    ) -> tuple[float, float, Future[Outcome], _Poll]:
+        """What both faces' waits start from: the limit, the deadline, the future the
+        outcome arrives on (one registered before the enqueue is adopted), and when to
+        read the row."""
+        limit = self.options.call_timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit if deadline is None else deadline
+        adopted = self.waiters.adopt(message.id, self.listening.connection())
+        late = adopted is None  # not registered before its enqueue, nor remembered
+        future = adopted or self.waiters.register(message.id)
+        self._mark_if_local(message)
+        poll = _Poll(
+            self.waiters,
+            message.id,
+            read_first=self._may_be_done(message, late),
+            notified=self.listening.notified,
+        )
+        return limit, deadline, future, poll
 
     def _may_be_done(self, message: MessageReference[Any], late: bool) -> bool:
         """Whether a waiter registered only now must read the row at once.
