@@ -1,14 +1,18 @@
 """Administration of effect flow control: the limits in force and what they hold back.
 
-Mixed into :class:`~solid_objects.admin.Administration`; the SQL is in
+A part of :class:`~solid_objects.admin.Administration`; the SQL is in
 :mod:`solid_objects.store.effect_limits`. Read-only, authorized as ``effects.list``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .base import AdminBase
+from .base import Caller
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -33,8 +37,12 @@ class EffectLimitInfo:
     declared_by: str | None
 
 
-class FlowControl(AdminBase):
+class FlowControl:
     """The administration API's view of effect flow control."""
+
+    def __init__(self, runtime: Runtime, caller: Caller) -> None:
+        self._runtime = runtime
+        self._authorize = caller.authorize
 
     def effect_limits(self) -> list[EffectLimitInfo]:
         """Every effect name with a rate or concurrency limit, by name: the limits in
