@@ -25,6 +25,7 @@ PUBLIC = {
     "prune", "quiet_actors", "recover_process", "resume_actor", "resume_reminder",
     "retry_dead_letter", "retry_dead_letters", "retry_effect", "retry_effects",
     "retrying_messages", "run_reminder_now", "set_policy", "status", "try_cancel_message",
+    "turn_limits",
 }  # fmt: skip
 
 

@@ -101,7 +101,9 @@ class Administration:
         self.actor_history = history.actor_history
         self.fork_actor = history.fork_actor
 
-        self.effect_limits = FlowControl(runtime, caller).effect_limits
+        flow = FlowControl(runtime, caller)
+        self.effect_limits = flow.effect_limits
+        self.turn_limits = flow.turn_limits
 
     @property
     def policy(self) -> Policy:

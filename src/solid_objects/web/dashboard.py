@@ -351,6 +351,7 @@ class _Dashboard:
             "effects.html",
             page=page,
             limits=ops.effect_limits(),
+            turn_limits=ops.turn_limits() if ops.allowed("status") else [],
             q=q,
             status=status,
             next_url=_next_url(request, page),
