@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import subprocess
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,13 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from solid_objects import Actor, Runtime, query
-from solid_objects.errors import ConfigurationError
+from solid_objects.admin import Administration, allow
+from solid_objects.errors import ConfigurationError, OperationRefused
+from solid_objects.web import dashboard
+
+with warnings.catch_warnings():  # Starlette 1.x prefers httpx2; httpx works the same here
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
 
 # Serial: the replica must keep up with the primary, which the parallel pass keeps busy.
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
@@ -48,6 +56,13 @@ class Balance(Actor):
     @query
     def current(self) -> int:
         return self.total
+
+
+class Brittle(Actor, auto_register=False):
+    """Fails every time: with ``max_attempts=1`` each message is a dead letter."""
+
+    def fail(self) -> None:
+        raise ValueError("brittle")
 
 
 def _unavailable(reason: str) -> None:
@@ -81,7 +96,7 @@ def runtime(replica_url: str, **options: Any) -> Runtime:
     rt = Runtime(
         SERVER_URL,
         replica_url=replica_url,
-        actors=[Balance],
+        actors=[Balance, Brittle],
         call_timeout=30,
         poll_interval=0.1,
         **options,
@@ -184,3 +199,128 @@ def test_a_replica_url_of_another_database_is_refused(tmp_path: Path) -> None:
         Runtime(db, replica_url="postgresql://postgres@127.0.0.1:5433/test")
     with pytest.raises(ConfigurationError, match="replica_max_lag"):
         Runtime(db, replica_max_lag=0)
+
+
+def operator(rt: Runtime) -> Administration:
+    rt.admin.set_policy(allow({"ops:*": "*"}))
+    return rt.admin.as_principal("ops:ann")
+
+
+def _ids(rt: Runtime, prefix: str) -> tuple[list[str], float | None]:
+    page = operator(rt).list_actors("Balance", id_prefix=prefix)
+    return [a.actor_id for a in page.items], page.replica_lag_ms
+
+
+def listed_from_the_replica(rt: Runtime, prefix: str) -> None:
+    """List until a lag check has proved the replica fresh for the admin listings."""
+    deadline = time.monotonic() + 30
+    while _ids(rt, prefix)[1] is None:
+        assert time.monotonic() < deadline, "the admin listing never read the replica"
+        time.sleep(0.1)
+
+
+def test_admin_listings_read_the_replica_within_the_bound_and_the_primary_past_it(
+    replica: str,
+) -> None:
+    """With replay paused, an actor created on the primary is missing from a listing
+    within the bound (the replica's view, with its lag) and present past it, where the
+    fallback is counted; ``replica_for_admin=False`` lists from the primary."""
+    import prometheus_client  # the dev extra
+
+    from solid_objects.observability import PrometheusMetrics, observe
+
+    prefix = uuid.uuid4().hex[:12]
+    older, newer = f"{prefix}-old", f"{prefix}-new"
+    with (
+        runtime(replica, replica_max_lag=3600) as hour,
+        runtime(replica, replica_max_lag=0.5) as short,
+        runtime(replica, replica_max_lag=3600, replica_for_admin=False) as off,
+    ):
+        registry = prometheus_client.CollectorRegistry()
+        observe(short, PrometheusMetrics(registry))
+        hour.ref(Balance, older).deposit(1)
+        replayed()
+        listed_from_the_replica(hour, prefix)
+        proven_fresh(off, off.ref(Balance, older).with_options(stale_ok=True))
+        _replica("pause-replay")
+        hour.ref(Balance, newer).deposit(1)
+        ids, lag = _ids(hour, prefix)
+        assert ids == [older] and lag is not None and lag >= 0
+        assert operator(hour).status().replica_lag_ms is not None
+        assert _ids(off, prefix) == ([newer, older], None)  # by id
+        time.sleep(1.5)  # the replica is now more than 0.5 s behind
+        assert short.store.replica is not None
+        before = short.store.replica.fallbacks
+        assert _ids(short, prefix) == ([newer, older], None)  # by id
+        assert short.store.replica.fallbacks > before
+        assert registry.get_sample_value("solid_replica_fallbacks_total") >= before + 1
+        ids, lag = _ids(hour, prefix)
+        assert ids == [older] and lag is not None and lag >= 1000  # at least the pause
+
+
+def test_an_action_after_a_stale_listing_acts_on_the_primary_rows(replica: str) -> None:
+    """The replica still lists a dead letter as open after it was retried on the
+    primary: retrying it again, from the API or the dashboard, returns the first retry
+    (nothing sent twice) and discarding it is refused."""
+    actor_id = uuid.uuid4().hex
+    with runtime(replica, replica_max_lag=3600, max_attempts=1) as rt:
+        ops = operator(rt)
+        with pytest.raises(Exception, match="brittle"):
+            rt.ref(Brittle, actor_id).fail()
+        (letter,) = ops.list_dead_letters(actor_type="Brittle", actor_id=actor_id).items
+        replayed()
+        deadline = time.monotonic() + 30
+        while ops.list_dead_letters(actor_id=actor_id).replica_lag_ms is None:
+            assert time.monotonic() < deadline, "the admin listing never read the replica"
+            time.sleep(0.1)
+        _replica("pause-replay")
+        first = ops.retry_dead_letter(letter.id)
+        assert not first.already
+        stale = ops.list_dead_letters(actor_id=actor_id)
+        assert stale.replica_lag_ms is not None
+        assert [(d.id, d.resolution) for d in stale.items] == [(letter.id, None)]
+        again = ops.retry_dead_letter(letter.id)
+        assert (again.retry_message_id, again.already) == (first.retry_message_id, True)
+        with pytest.raises(OperationRefused, match="already retried"):
+            ops.discard_dead_letter(letter.id)
+        with TestClient(
+            dashboard(rt, principal=lambda request: "ops:ann"), follow_redirects=False
+        ) as client:
+            page = client.get(f"/dead-letters?actor={actor_id}").text
+            assert f'name="one" value="{letter.id}"' in page  # the replica's: open
+            token = re.search(r'name="csrf" value="([^"]+)"', page)
+            assert token is not None
+            posted = client.post(
+                "/dead-letters/retry",
+                data={"csrf": token.group(1), "one": letter.id, "next": "/dead-letters"},
+            )
+        assert posted.status_code == 303
+        assert ops.get_dead_letter(letter.id).retry_message_id == first.retry_message_id
+        retried = ops.list_dead_letters(actor_id=actor_id, state="retried")
+        assert [d.id for d in retried.items] == []  # the replica has not seen the retry
+
+
+def test_the_dashboard_says_when_a_page_was_read_from_the_replica(replica: str) -> None:
+    """A list page read from the replica carries "replica, N ms behind"; past the
+    bound, read from the primary, it carries no note."""
+    prefix = uuid.uuid4().hex[:12]
+    with (
+        runtime(replica, replica_max_lag=3600) as hour,
+        runtime(replica, replica_max_lag=0.5) as short,
+    ):
+        hour.ref(Balance, f"{prefix}-a").deposit(1)
+        replayed()
+        listed_from_the_replica(hour, prefix)
+        operator(short)
+        path = f"/actors?type=Balance&prefix={prefix}"
+        _replica("pause-replay")
+        hour.ref(Balance, f"{prefix}-b").deposit(1)  # the primary moves on
+        time.sleep(1.5)
+        pages = {}
+        for name, rt in (("hour", hour), ("short", short)):
+            with TestClient(dashboard(rt, principal=lambda request: "ops:ann")) as client:
+                pages[name] = client.get(path).text
+        note = re.search(r"replica, (\d+) ms behind", pages["hour"])
+        assert note is not None and int(note.group(1)) >= 1000
+        assert f"{prefix}-a" in pages["hour"] and f"{prefix}-b" not in pages["hour"]
+        assert "ms behind" not in pages["short"] and f"{prefix}-b" in pages["short"]

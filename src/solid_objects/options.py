@@ -116,6 +116,10 @@ class Options:
     replica_url: str | None = None
     #: Seconds a replica read may be behind the primary; past it reads go to the primary.
     replica_max_lag: float = 5.0
+    #: With ``replica_url``: the administration API's listings and the dashboard's list
+    #: pages read the replica while it is within ``replica_max_lag``. False: they read
+    #: the primary, as every action and single-item inspection always does.
+    replica_for_admin: bool = True
     #: Seconds after which finished messages, done effects and stopped processes are
     #: pruned automatically by processes running workers (None: never; prune by hand).
     #: It is also how long an idempotency key deduplicates a retried call.
@@ -270,8 +274,11 @@ class Options:
             {option_name(kind): getattr(self, option_name(kind)) for kind in KINDS},
             allow_async=True,
         )
-        if not isinstance(self.allow_reset, bool):
-            raise ConfigurationError(f"allow_reset must be True or False, not {self.allow_reset!r}")
+        for flag in ("allow_reset", "replica_for_admin"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigurationError(
+                    f"{flag} must be True or False, not {getattr(self, flag)!r}"
+                )
         if self.sqlite_synchronous not in ("NORMAL", "FULL"):
             raise ConfigurationError("sqlite_synchronous must be 'NORMAL' or 'FULL'")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Self
 
-from .base import Caller, SharedPolicy
+from .base import Caller, Listings, SharedPolicy
 from .failures import Failures
 from .flow import FlowControl
 from .history import ActorHistory
@@ -53,8 +53,9 @@ class Administration:
         self._caller = caller = Caller(shared, principal, runtime.kernel.ensure_schema)
         self.allowed = caller.allowed
         self.set_policy = caller.set_policy
+        listings = Listings(runtime.store, runtime.options.replica_for_admin)
 
-        inspection = Inspection(runtime, caller)
+        inspection = Inspection(runtime, caller, listings)
         self.status = inspection.status
         self.activity = inspection.activity
         self.list_actors = inspection.list_actors
@@ -63,7 +64,7 @@ class Administration:
         self.retrying_messages = inspection.retrying_messages
         self.audit_log = inspection.audit_log
 
-        failures = Failures(runtime, caller)
+        failures = Failures(runtime, caller, listings)
         self.list_dead_letters = failures.list_dead_letters
         self.get_dead_letter = failures.get_dead_letter
         self.retry_dead_letter = failures.retry_dead_letter
@@ -79,7 +80,7 @@ class Administration:
         self.quiet_actors = idle.quiet_actors
         self.expire_actors = idle.expire_actors
 
-        maintenance = Maintenance(runtime, caller, idle)
+        maintenance = Maintenance(runtime, caller, idle, listings)
         self.pause_actor = maintenance.pause_actor
         self.resume_actor = maintenance.resume_actor
         self.destroy_actor = maintenance.destroy_actor

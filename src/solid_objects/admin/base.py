@@ -6,7 +6,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -106,6 +107,27 @@ class SharedPolicy:
 
     policy: Policy = deny_all
     tables_checked: bool = False
+
+
+class Listings:
+    """Where the administration API's listings read: the replica (``replica_url``) while
+    ``replica_for_admin`` is on and the replica is within ``replica_max_lag``, the
+    primary otherwise. Actions, and the single-item reads an action follows, never read
+    here: they read the primary, so they act on its rows whatever a listing showed."""
+
+    def __init__(self, store: Store, use_replica: bool) -> None:
+        self._store = store
+        self._replica = store.replica if use_replica else None
+
+    @contextmanager
+    def read(self) -> Iterator[tuple[Tx, float | None]]:
+        """A read, and at most how many ms behind the primary it is (None: the primary's)."""
+        if self._replica is None:
+            with self._store.read() as tx:
+                yield tx, None
+            return
+        with self._replica.read_measured() as (tx, behind):
+            yield tx, None if behind is None else round(behind * 1000, 1)
 
 
 class Caller:

@@ -16,6 +16,7 @@ from ..store.store import new_id
 from .base import (
     BATCH,
     Caller,
+    Listings,
     check_filters,
     check_ids,
     check_limit,
@@ -43,9 +44,10 @@ if TYPE_CHECKING:
 class Failures:
     """Dead letters and dead effects: list them, inspect one, retry or discard."""
 
-    def __init__(self, runtime: Runtime, caller: Caller) -> None:
+    def __init__(self, runtime: Runtime, caller: Caller, listings: Listings) -> None:
         self._runtime = runtime
         self._authorize = caller.authorize
+        self._listings = listings
 
     # --- dead letters -------------------------------------------------------------------
 
@@ -77,7 +79,7 @@ class Failures:
             state=state,
         )
         store = self._runtime.store
-        with store.read() as tx:
+        with self._listings.read() as (tx, lag_ms):
             now = store.now(tx)
             rows = store.admin.list_dead_letters(
                 tx,
@@ -91,7 +93,12 @@ class Failures:
         rows, next_cursor = page_of(
             rows, limit, "dead_letters", lambda last: [last.completed_at or 0, last.id]
         )
-        return Page([DeadLetter.of(r) for r in rows], next_cursor, datetime_of(now))
+        return Page(
+            [DeadLetter.of(r) for r in rows],
+            next_cursor,
+            datetime_of(now),
+            replica_lag_ms=lag_ms,
+        )
 
     def get_dead_letter(self, message_id: str) -> DeadLetter:
         """One dead letter, with its resolution if an operator handled it."""
@@ -261,7 +268,7 @@ class Failures:
         after = decode_cursor(cursor, "effects")
         self._authorize("effects.list", status=status, actor_type=actor_type, name=name)
         store = self._runtime.store
-        with store.read() as tx:
+        with self._listings.read() as (tx, lag_ms):
             now = store.now(tx)
             rows = store.admin.list_effects(
                 tx,
@@ -278,7 +285,12 @@ class Failures:
             "effects",
             lambda last: [(last.completed_at if finished else last.created_at) or 0, last.id],
         )
-        return Page([EffectInfo.of(r) for r in rows], next_cursor, datetime_of(now))
+        return Page(
+            [EffectInfo.of(r) for r in rows],
+            next_cursor,
+            datetime_of(now),
+            replica_lag_ms=lag_ms,
+        )
 
     def get_effect(self, effect_id: str) -> EffectInfo:
         """One effect by its id (``ctx.id``): status, attempts, last error, claim."""

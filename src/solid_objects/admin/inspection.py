@@ -15,6 +15,7 @@ from ..store.admin_activity import LATENCY_SAMPLE
 from ..store.admin_rows import TypeCounts
 from .base import (
     Caller,
+    Listings,
     check_filters,
     check_limit,
     decode_cursor,
@@ -66,9 +67,10 @@ def _percentile(values: list[int], fraction: float) -> float:
 class Inspection:
     """The reads of ``runtime.admin``: what an operator looks at before acting."""
 
-    def __init__(self, runtime: Runtime, caller: Caller) -> None:
+    def __init__(self, runtime: Runtime, caller: Caller, listings: Listings) -> None:
         self._runtime = runtime
         self._authorize = caller.authorize
+        self._listings = listings
 
     # --- status -------------------------------------------------------------------------
 
@@ -90,7 +92,7 @@ class Inspection:
             )
         self._authorize("status")
         store = self._runtime.store
-        with store.read() as tx:
+        with self._listings.read() as (tx, lag_ms):
             now, counts = store.admin.status_counts(tx, actors_up_to=actors_up_to)
         total = TypeCounts("*")
         for c in counts:
@@ -99,7 +101,12 @@ class Inspection:
                     total.actors_capped = total.actors_capped or c.actors_capped
                 elif f.name != "actor_type":
                     setattr(total, f.name, getattr(total, f.name) + getattr(c, f.name))
-        return Status(datetime_of(now), [TypeStatus.of(c) for c in counts], TypeStatus.of(total))
+        return Status(
+            datetime_of(now),
+            [TypeStatus.of(c) for c in counts],
+            TypeStatus.of(total),
+            replica_lag_ms=lag_ms,
+        )
 
     def activity(self, *, since_minutes: int = 60, bucket_seconds: int = 60) -> Activity:
         """Finished messages over the last ``since_minutes``, per ``bucket_seconds`` bucket.
@@ -121,7 +128,7 @@ class Inspection:
         self._authorize("status", since_minutes=since_minutes, bucket_seconds=bucket_seconds)
         bucket_ms = bucket_seconds * 1000
         store = self._runtime.store
-        with store.read() as tx:
+        with self._listings.read() as (tx, lag_ms):
             now = store.now(tx)
             # Whole buckets, the last one holding now: the chart's x axis is stable.
             end = now - now % bucket_ms + bucket_ms
@@ -152,7 +159,13 @@ class Inspection:
                 )
             )
         return Activity(
-            datetime_of(now), datetime_of(since), bucket_seconds, buckets, sampled, LATENCY_SAMPLE
+            datetime_of(now),
+            datetime_of(since),
+            bucket_seconds,
+            buckets,
+            sampled,
+            LATENCY_SAMPLE,
+            replica_lag_ms=lag_ms,
         )
 
     # --- actors -------------------------------------------------------------------------
@@ -173,7 +186,7 @@ class Inspection:
         after = decode_cursor(cursor, "actors")
         self._authorize("actors.list", actor_type=actor_type)
         store = self._runtime.store
-        with store.read() as tx:
+        with self._listings.read() as (tx, lag_ms):
             now = store.now(tx)
             rows = store.admin.list_actors(
                 tx,
@@ -183,7 +196,12 @@ class Inspection:
                 limit=limit + 1,
             )
         rows, next_cursor = page_of(rows, limit, "actors", lambda last: last.actor_id)
-        return Page([summary_of(r, now) for r in rows], next_cursor, datetime_of(now))
+        return Page(
+            [summary_of(r, now) for r in rows],
+            next_cursor,
+            datetime_of(now),
+            replica_lag_ms=lag_ms,
+        )
 
     def inspect_actor(self, actor_type: str, actor_id: str, *, limit: int = 50) -> ActorDetail:
         """Committed state, mailbox, lease, unfinished effects and reminders of one actor.
@@ -307,7 +325,7 @@ class Inspection:
         after = decode_cursor(cursor, "audit")
         self._authorize("audit.list", target_id=target_id, principal=principal)
         store = self._runtime.store
-        with store.read() as tx:
+        with self._listings.read() as (tx, lag_ms):
             now = store.now(tx)
             rows = store.admin.list_audit(
                 tx,
@@ -318,4 +336,9 @@ class Inspection:
                 actor=None if actor_type is None or actor_id is None else (actor_type, actor_id),
             )
         rows, next_cursor = page_of(rows, limit, "audit", lambda last: last.id)
-        return Page([AuditEntry.of(r) for r in rows], next_cursor, datetime_of(now))
+        return Page(
+            [AuditEntry.of(r) for r in rows],
+            next_cursor,
+            datetime_of(now),
+            replica_lag_ms=lag_ms,
+        )

@@ -20,6 +20,7 @@ from ..store.retention import PruneKind
 from .base import (
     MAX_LIMIT,
     Caller,
+    Listings,
     audit,
     check_limit,
     check_reason,
@@ -61,10 +62,13 @@ class Maintenance:
     """The administration API's changes: pausing actors, steering reminders, processes,
     retention and reconciliation; each writes an audit row in its own transaction.
     """
-    def __init__(self, runtime: Runtime, caller: Caller, idle: IdleActors) -> None:
+    def __init__(
+        self, runtime: Runtime, caller: Caller, idle: IdleActors, listings: Listings
+    ) -> None:
         self._runtime = runtime
         self._authorize = caller.authorize
         self._idle = idle
+        self._listings = listings
 
     def _audit(
         self,
@@ -302,7 +306,7 @@ class Maintenance:
             raise InvalidArguments("not a valid cursor")
         self._authorize("reminders.list", actor_type=actor_type, actor_id=actor_id)
         store = self._runtime.store
-        with store.read() as tx:
+        with self._listings.read() as (tx, lag_ms):
             now = store.now(tx)
             rows = store.control.list_reminders(
                 tx,
@@ -319,7 +323,12 @@ class Maintenance:
             "reminders",
             lambda last: [last.due_at, last.actor_pk, last.operation, last.key],
         )
-        return Page([ReminderInfo.of(r) for r in rows], next_cursor, datetime_of(now))
+        return Page(
+            [ReminderInfo.of(r) for r in rows],
+            next_cursor,
+            datetime_of(now),
+            replica_lag_ms=lag_ms,
+        )
 
     def pause_reminder(
         self, actor_type: str, actor_id: str, operation: str, key: str = "", **kw: Any
@@ -404,7 +413,7 @@ class Maintenance:
         after = decode_cursor(cursor, "processes")
         self._authorize("processes.list", include_stopped=include_stopped)
         store = self._runtime.store
-        with store.read() as tx:
+        with self._listings.read() as (tx, lag_ms):
             now = store.now(tx)
             rows = store.processes.list_processes(
                 tx,
@@ -413,7 +422,12 @@ class Maintenance:
                 limit=limit + 1,
             )
         rows, next_cursor = page_of(rows, limit, "processes", lambda last: last.owner)
-        return Page([_process_info(r, now) for r in rows], next_cursor, datetime_of(now))
+        return Page(
+            [_process_info(r, now) for r in rows],
+            next_cursor,
+            datetime_of(now),
+            replica_lag_ms=lag_ms,
+        )
 
     def recover_process(self, owner: str, *, reason: str | None = None) -> RecoveredProcess:
         """Declare a process dead: its leases and effect claims go back to the pool now.

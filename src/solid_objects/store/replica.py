@@ -6,7 +6,7 @@ is sampled with the time it was taken, and the replica is as fresh as the newest
 its ``pg_last_wal_replay_lsn()`` has reached. Past ``max_lag`` seconds (or when the
 replica cannot be asked) the read goes to the primary, and the fallback is logged once
 per episode. Nothing that decides a turn reads here: only ``@query``, ``snapshot()``
-asked with ``stale_ok`` and the dashboard's listings do.
+asked with ``stale_ok`` and the administration API's listings (``replica_for_admin``) do.
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ class ReplicaReads:
         self.recheck = min(0.5, max_lag / 5)
         self.replica_reads = 0
         self.fallbacks = 0
+        #: The staleness measured by the last check, in seconds (infinite when unknown).
+        self.lag = float("inf")
         self._samples: deque[tuple[float, int]] = deque()
         self._checked = float("-inf")
         self._fresh = False
@@ -85,10 +87,11 @@ class ReplicaReads:
             if time.monotonic() - self._checked < self.recheck:
                 return self._fresh
             try:
-                fresh = self.staleness() <= self.max_lag
+                self.lag = self.staleness()
             except SQLAlchemyError as exc:
                 log.debug("replica lag check failed: %r", exc)
-                fresh = False
+                self.lag = float("inf")
+            fresh = self.lag <= self.max_lag
             lag = self.max_lag
             first = self._checked == float("-inf")
             if not fresh and (self._fresh or first):  # once per episode, not per read
@@ -98,11 +101,19 @@ class ReplicaReads:
 
     @contextmanager
     def read(self) -> Iterator[Tx]:
+        with self.read_measured() as (tx, _):
+            yield tx
+
+    @contextmanager
+    def read_measured(self) -> Iterator[tuple[Tx, float | None]]:
+        """A read, and at most how many seconds behind the primary it may be: the last
+        check's staleness plus the time since that check; None when the primary reads."""
         if not self.fresh():
             self.fallbacks += 1
             with self.primary_read() as tx:
-                yield tx
+                yield tx, None
             return
         self.replica_reads += 1
+        behind = self.lag + max(0.0, time.monotonic() - self._checked)
         with self.dialect.read(self.engine, self.sql) as tx:
-            yield tx
+            yield tx, behind
