@@ -110,7 +110,8 @@ class Options:
     #: the LISTEN connection of wake-ups and the worker's session mark. None: both use
     #: the runtime's database URL (with ``pooler="transaction"``: no LISTEN, no mark).
     listen_url: str | None = None
-    #: A streaming replica of the PostgreSQL database for reads that tolerate staleness
+    #: A replica of the database (a PostgreSQL streaming replica, or a MariaDB replica
+    #: following the primary by GTID) for reads that tolerate staleness
     #: (``@query`` and ``snapshot()`` asked with ``stale_ok=True``, dashboard listings);
     #: never read for anything that decides a turn.
     replica_url: str | None = None
@@ -295,11 +296,13 @@ class Options:
                 f"directly, not {redact_url(str(self.listen_url))!r}"
             )
         if self.replica_url is not None and not re.match(
-            r"(postgresql|postgres)(\+psycopg)?://", str(self.replica_url)
+            r"((postgresql|postgres)(\+psycopg)?|(mysql|mariadb)(\+pymysql)?)://",
+            str(self.replica_url),
         ):
             raise ConfigurationError(
-                "replica_url must be a postgresql+psycopg:// URL of a streaming replica, "
-                f"not {redact_url(str(self.replica_url))!r}"
+                "replica_url must be a postgresql+psycopg:// URL of a streaming replica or "
+                f"a mysql+pymysql:// URL of a MariaDB replica, not "
+                f"{redact_url(str(self.replica_url))!r}"
             )
         lag = self.replica_max_lag
         if isinstance(lag, bool) or not isinstance(lag, int | float) or not lag > 0:
