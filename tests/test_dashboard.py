@@ -8,6 +8,8 @@ the dashboard asks it for every read and write, and its browser defences: 401,
 from __future__ import annotations
 
 import re
+import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -445,3 +447,47 @@ def test_actor_page_shows_a_journaled_actors_state_history(
     plain = client.get("/actors/Vault/v1", headers=as_user("viewer:bob"))
     assert plain.status_code == 200
     assert 'id="journal"' not in plain.text  # a class without a journal shows none
+
+
+#: Lets the turns of ``OneAtATime`` finish.
+_RELEASE = threading.Event()
+
+
+class OneAtATime(Actor, auto_register=False):
+    """One turn at a time over every process; each turn waits for ``_RELEASE``."""
+
+    max_active_turns = 1
+
+    def hold(self) -> str:
+        _RELEASE.wait(30)
+        return self.actor_id
+
+
+def test_the_effects_page_shows_each_type_turn_limit_and_who_waits_for_it(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """Three actors of a type limited to one turn, with four worker threads: the
+    Effects page shows the limit, one turn running and two actors waiting, counted
+    from the database's rows; a principal without ``status`` sees the page without it."""
+    _RELEASE.clear()
+    runtime = make_runtime(actors=[OneAtATime], workers=4)
+    runtime.admin.set_policy(allow({"ops:*": "read", "effects:*": ["effects.list"]}))
+    ops = runtime.admin.as_principal("ops:ann")
+    with runtime, TestClient(dashboard(runtime, principal=_user)) as c:
+        sent = [runtime.ref(OneAtATime, f"h{i}").hold.send() for i in range(3)]
+        try:
+            deadline = time.monotonic() + 20
+            while [(t.running, t.waiting) for t in ops.turn_limits()] != [(1, 2)]:
+                assert time.monotonic() < deadline, ops.turn_limits()
+                time.sleep(0.02)
+            page = c.get("/effects", headers=as_user("ops:ann")).text
+            narrow = c.get("/effects", headers=as_user("effects:bob"))
+        finally:
+            _RELEASE.set()
+        assert [s.wait(timeout=30) for s in sent] == ["h0", "h1", "h2"]
+    assert "Turn limits" in page
+    assert (
+        '<td><a href="/actors?type=OneAtATime">OneAtATime</a></td>'
+        "<td>1</td><td>1</td><td><strong>2</strong></td>"
+    ) in page
+    assert narrow.status_code == 200 and "Turn limits" not in narrow.text

@@ -82,18 +82,28 @@ def listen_engine(options: Options, family: str) -> Engine | None:
     return None if options.listen_url is None else direct_engine(options.listen_url)
 
 
+#: Per database family: the schemes a replica URL may have, and the driver to use.
+_REPLICA_SCHEMES = {
+    "postgresql": (("postgresql", "postgres"), "postgresql+psycopg"),
+    "mysql": (("mysql", "mariadb"), "mysql+pymysql"),
+}
+
+
 def replica_engine(options: Options, family: str) -> Engine | None:
-    """The ``replica_url`` engine, if any; refused on a database other than PostgreSQL
-    (the staleness bound is measured by WAL position)."""
+    """The ``replica_url`` engine, if any: a PostgreSQL streaming replica of a PostgreSQL
+    database (staleness by WAL position) or a MariaDB replica of a MariaDB database (by
+    GTID position); anything else is refused."""
     if options.replica_url is None:
         return None
-    if family != "postgresql":
-        raise ConfigurationError(
-            f"replica_url is for PostgreSQL streaming replicas; this runtime's database is {family}"
-        )
     parsed = make_url(options.replica_url)
+    scheme = _REPLICA_SCHEMES.get(family)
+    if scheme is None or parsed.drivername.split("+")[0] not in scheme[0]:
+        raise ConfigurationError(
+            "replica_url is for PostgreSQL streaming replicas and MariaDB replicas of the "
+            f"same kind of database; this runtime's database is {family}"
+        )
     if "+" not in parsed.drivername:
-        parsed = parsed.set(drivername="postgresql+psycopg")
+        parsed = parsed.set(drivername=scheme[1])
     return engine_for(parsed)
 
 

@@ -110,12 +110,17 @@ class Options:
     #: the LISTEN connection of wake-ups and the worker's session mark. None: both use
     #: the runtime's database URL (with ``pooler="transaction"``: no LISTEN, no mark).
     listen_url: str | None = None
-    #: A streaming replica of the PostgreSQL database for reads that tolerate staleness
+    #: A replica of the database (a PostgreSQL streaming replica, or a MariaDB replica
+    #: following the primary by GTID) for reads that tolerate staleness
     #: (``@query`` and ``snapshot()`` asked with ``stale_ok=True``, dashboard listings);
     #: never read for anything that decides a turn.
     replica_url: str | None = None
     #: Seconds a replica read may be behind the primary; past it reads go to the primary.
     replica_max_lag: float = 5.0
+    #: With ``replica_url``: the administration API's listings and the dashboard's list
+    #: pages read the replica while it is within ``replica_max_lag``. False: they read
+    #: the primary, as every action and single-item inspection always does.
+    replica_for_admin: bool = True
     #: Seconds after which finished messages, done effects and stopped processes are
     #: pruned automatically by processes running workers (None: never; prune by hand).
     #: It is also how long an idempotency key deduplicates a retried call.
@@ -270,8 +275,11 @@ class Options:
             {option_name(kind): getattr(self, option_name(kind)) for kind in KINDS},
             allow_async=True,
         )
-        if not isinstance(self.allow_reset, bool):
-            raise ConfigurationError(f"allow_reset must be True or False, not {self.allow_reset!r}")
+        for flag in ("allow_reset", "replica_for_admin"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigurationError(
+                    f"{flag} must be True or False, not {getattr(self, flag)!r}"
+                )
         if self.sqlite_synchronous not in ("NORMAL", "FULL"):
             raise ConfigurationError("sqlite_synchronous must be 'NORMAL' or 'FULL'")
 
@@ -288,11 +296,13 @@ class Options:
                 f"directly, not {redact_url(str(self.listen_url))!r}"
             )
         if self.replica_url is not None and not re.match(
-            r"(postgresql|postgres)(\+psycopg)?://", str(self.replica_url)
+            r"((postgresql|postgres)(\+psycopg)?|(mysql|mariadb)(\+pymysql)?)://",
+            str(self.replica_url),
         ):
             raise ConfigurationError(
-                "replica_url must be a postgresql+psycopg:// URL of a streaming replica, "
-                f"not {redact_url(str(self.replica_url))!r}"
+                "replica_url must be a postgresql+psycopg:// URL of a streaming replica or "
+                f"a mysql+pymysql:// URL of a MariaDB replica, not "
+                f"{redact_url(str(self.replica_url))!r}"
             )
         lag = self.replica_max_lag
         if isinstance(lag, bool) or not isinstance(lag, int | float) or not lag > 0:

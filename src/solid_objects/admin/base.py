@@ -1,20 +1,27 @@
-"""The shared machinery of the administration API: authorization, paging, input checks."""
+"""What the parts of the administration API share: the caller, paging, input checks,
+audit records and the views of an actor row."""
 
 from __future__ import annotations
 
 import base64
 import json
 import logging
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..codec import check_identifier
 from ..errors import InvalidArguments, StateMigrationError, Unauthorized
+from ..store.store import new_id
 from .policy import ACTIONS, Action, Policy, deny_all
-from .views import stored_json
+from .views import ActorSummary, LeaseInfo, datetime_of, stored_json
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
+    from ..registry import Registry
+    from ..store import Store, Tx
+    from ..store.admin_rows import ActorRow
 
 log = logging.getLogger("solid_objects.admin")
 
@@ -93,60 +100,68 @@ def check_reason(reason: str | None) -> str | None:
     return reason
 
 
-class AdminBase:
-    """Inspect and repair a runtime's actors; ``runtime.admin``.
+@dataclass
+class SharedPolicy:
+    """What every view of one runtime's API shares: the policy, and whether the
+    admin tables were checked."""
 
-    ``runtime.admin`` carries the application's policy (``set_policy``) and no
-    principal; ``runtime.admin.as_principal(name)`` returns a view that acts as
-    ``name``. Views share the policy of the runtime, so changing it applies to
-    every view at once.
+    policy: Policy = deny_all
+    tables_checked: bool = False
+
+
+class Listings:
+    """Where the administration API's listings read: the replica (``replica_url``) while
+    ``replica_for_admin`` is on and the replica is within ``replica_max_lag``, the
+    primary otherwise. Actions, and the single-item reads an action follows, never read
+    here: they read the primary, so they act on its rows whatever a listing showed."""
+
+    def __init__(self, store: Store, use_replica: bool) -> None:
+        self._store = store
+        self._replica = store.replica if use_replica else None
+
+    @contextmanager
+    def read(self) -> Iterator[tuple[Tx, float | None]]:
+        """A read, and at most how many ms behind the primary it is (None: the primary's)."""
+        if self._replica is None:
+            with self._store.read() as tx:
+                yield tx, None
+            return
+        with self._replica.read_measured() as (tx, behind):
+            yield tx, None if behind is None else round(behind * 1000, 1)
+
+
+class Caller:
+    """Who asks through one view of the administration API, and whether the policy
+    shared by every view lets them.
+
+    Each part of :class:`~solid_objects.admin.Administration` authorizes through the
+    caller of its view before it touches the database.
     """
 
     def __init__(
-        self,
-        runtime: Runtime,
-        *,
-        policy: Policy = deny_all,
-        principal: str | None = None,
-        _root: AdminBase | None = None,
+        self, shared: SharedPolicy, principal: str | None, ensure_schema: Callable[[], None]
     ) -> None:
-        self._runtime = runtime
-        self._root = _root if _root is not None else self
-        self._policy: Policy = policy
-        self._principal = (
+        self.shared = shared
+        self.principal = (
             None if principal is None else check_identifier(principal, what="principal")
         )
-        self._tables_checked = False
-
-    # --- authorization ------------------------------------------------------------------
-
-    @property
-    def policy(self) -> Policy:
-        return self._root._policy
+        self._ensure_schema = ensure_schema
 
     def set_policy(self, policy: Policy) -> None:
         """Install the application's policy (``policy(action) -> bool``) for every view."""
         if not callable(policy):
             raise TypeError(f"a policy is a callable taking an Action, not {policy!r}")
-        self._root._policy = policy
-
-    @property
-    def principal(self) -> str | None:
-        return self._principal
-
-    def as_principal(self, principal: str) -> Self:
-        """A view of this API acting as ``principal`` (who the policy and the audit see)."""
-        return type(self)(self._runtime, principal=principal, _root=self._root)
+        self.shared.policy = policy
 
     def allowed(self, name: str, /, **target: Any) -> bool:
         """Whether the policy allows this principal the action, without calling it."""
-        if self._principal is None:
+        if self.principal is None:
             return False
-        return self._ask(Action(self._principal, name, target)) is None
+        return self._ask(Action(self.principal, name, target)) is None
 
     def _ask(self, action: Action) -> str | None:
         """None when allowed; otherwise why not. A policy that raises denies."""
-        policy = self.policy
+        policy = self.shared.policy
         try:
             if policy(action) is True:
                 return None
@@ -159,49 +174,107 @@ class AdminBase:
             )
         return f"the administration policy {policy!r} does not allow it"
 
-    def _authorize(self, name: str, /, **target: Any) -> str:
+    def authorize(self, name: str, /, **target: Any) -> str:
+        """The principal, when the policy allows it ``name`` on ``target``; else Unauthorized."""
         assert name in ACTIONS, name
-        if self._principal is None:
+        if self.principal is None:
             raise Unauthorized(
                 f"{name}: no principal: call runtime.admin.as_principal(name) and use "
                 "the view it returns"
             )
-        reason = self._ask(Action(self._principal, name, target))
+        reason = self._ask(Action(self.principal, name, target))
         if reason is not None:
             log.info(
                 "denied %s to %s",
                 name,
-                self._principal,
-                extra={"solid_action": "admin_denied", "principal": self._principal},
+                self.principal,
+                extra={"solid_action": "admin_denied", "principal": self.principal},
             )
-            raise Unauthorized(f"{self._principal} may not {name}: {reason}")
-        self._ready()
-        return self._principal
+            raise Unauthorized(f"{self.principal} may not {name}: {reason}")
+        if not self.shared.tables_checked:
+            self._ensure_schema()  # schema version 3 carries the admin tables
+            self.shared.tables_checked = True
+        return self.principal
 
-    def _state_as_seen(self, actor_type: str, text: str | None, version: int) -> Any:
-        """Stored state as actor code of this process sees it: migrated to the class's
-        ``state_version`` (what ``snapshot()`` shows); None when nothing was committed.
 
-        UnknownActorType when the type is not registered here, StateMigrationError when
-        the migration fails: showing the stored JSON instead would present state of an
-        older version as if it were current.
-        """
-        definition = self._runtime.registry.get(actor_type)
-        if text is None:
-            return None
-        state = definition.load_state(text, version)
-        return definition.state.dump_python(state, mode="json")
+def audit(
+    store: Store,
+    tx: Tx,
+    principal: str,
+    action: str,
+    kind: str,
+    target: str,
+    *,
+    actor: tuple[str, str] | None = None,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """Write the audit record of a change, in the transaction that makes it."""
+    store.admin.write_audit(
+        tx,
+        audit_id=new_id(),
+        principal=principal,
+        action=action,
+        target_kind=kind,
+        target_id=target[:255],
+        actor_type=None if actor is None else actor[0],
+        actor_id=None if actor is None else actor[1],
+        detail=detail,
+    )
 
-    def _state_or_stored(self, actor_type: str, text: str | None, version: int) -> tuple[Any, bool]:
-        """``_state_as_seen`` and True, or the stored JSON and False when it cannot be."""
-        try:
-            return self._state_as_seen(actor_type, text, version), True
-        except (LookupError, StateMigrationError):
-            return stored_json(text), False
 
-    def _ready(self) -> None:
-        root = self._root
-        if root._tables_checked:
-            return
-        self._runtime.kernel.ensure_schema()  # schema version 3 carries the admin tables
-        root._tables_checked = True
+def state_as_seen(registry: Registry, actor_type: str, text: str | None, version: int) -> Any:
+    """Stored state as actor code of this process sees it: migrated to the class's
+    ``state_version`` (what ``snapshot()`` shows); None when nothing was committed.
+
+    UnknownActorType when the type is not registered here, StateMigrationError when
+    the migration fails: showing the stored JSON instead would present state of an
+    older version as if it were current.
+    """
+    definition = registry.get(actor_type)
+    if text is None:
+        return None
+    state = definition.load_state(text, version)
+    return definition.state.dump_python(state, mode="json")
+
+
+def state_or_stored(
+    registry: Registry, actor_type: str, text: str | None, version: int
+) -> tuple[Any, bool]:
+    """``state_as_seen`` and True, or the stored JSON and False when it cannot be."""
+    try:
+        return state_as_seen(registry, actor_type, text, version), True
+    except (LookupError, StateMigrationError):
+        return stored_json(text), False
+
+
+def lease_of(row: ActorRow, now: int) -> LeaseInfo | None:
+    """The actor's lease as the API shows it; None when no process holds one."""
+    if row.lease_owner is None:
+        return None
+    expires = row.lease_expires_at
+    return LeaseInfo(
+        row.lease_owner,
+        row.lease_generation,
+        datetime_of(expires),
+        expires is None or expires <= now,
+    )
+
+
+def retry_at_of(row: ActorRow, now: int) -> datetime | None:
+    """When the actor's failed head message runs again; None when it is not backing off."""
+    backing_off = row.ready_at is not None and row.ready_at > now
+    return datetime_of(row.ready_at) if backing_off and row.next_seq > row.done_seq + 1 else None
+
+
+def summary_of(row: ActorRow, now: int) -> ActorSummary:
+    """One line of an actor listing."""
+    return ActorSummary(
+        actor_type=row.actor_type,
+        actor_id=row.actor_id,
+        queued=row.next_seq - row.done_seq - 1,
+        attempt=row.attempt,
+        retry_at=retry_at_of(row, now),
+        paused=row.paused,
+        lease=lease_of(row, now),
+        updated_at=datetime_of(row.updated_at),
+    )

@@ -1,14 +1,22 @@
-"""Administration of effect flow control: the limits in force and what they hold back.
+"""Administration of flow control: the limits in force and what they hold back.
 
-Mixed into :class:`~solid_objects.admin.Administration`; the SQL is in
-:mod:`solid_objects.store.effect_limits`. Read-only, authorized as ``effects.list``.
+Effect limits (rate and concurrency per effect name) and the per-type turn limit
+(``max_active_turns``), counted from the database's rows over every process.
+
+A part of :class:`~solid_objects.admin.Administration`; the SQL is in
+:mod:`solid_objects.store.effect_limits` and :mod:`solid_objects.store.limits`. Read-only:
+effect limits are authorized as ``effects.list``, turn limits (counts only) as ``status``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .base import AdminBase
+from .base import Caller
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -33,8 +41,26 @@ class EffectLimitInfo:
     declared_by: str | None
 
 
-class FlowControl(AdminBase):
-    """The administration API's view of effect flow control."""
+@dataclass(frozen=True)
+class TurnLimitInfo:
+    """One actor type with ``max_active_turns``: its limit and what it holds back now."""
+
+    actor_type: str
+    #: At most this many of the type's actors run a turn at once, over every process.
+    max_active_turns: int
+    #: The type's actors holding a live lease: the turns running now.
+    running: int
+    #: Actors with due work and no lease that wait because the type is at its limit
+    #: (0 while it is not).
+    waiting: int
+
+
+class FlowControl:
+    """The administration API's view of flow control."""
+
+    def __init__(self, runtime: Runtime, caller: Caller) -> None:
+        self._runtime = runtime
+        self._authorize = caller.authorize
 
     def effect_limits(self) -> list[EffectLimitInfo]:
         """Every effect name with a rate or concurrency limit, by name: the limits in
@@ -56,4 +82,21 @@ class FlowControl(AdminBase):
                 s.declared_by,
             )
             for s in rows
+        ]
+
+    def turn_limits(self) -> list[TurnLimitInfo]:
+        """Every actor type with ``max_active_turns``, by name: its limit, the turns
+        running now and the actors waiting for the limit, counted from the database's
+        rows over every process. The limits are those of the classes registered in
+        this process (a type it does not know is not listed)."""
+        self._authorize("status", view="turn_limits")
+        limits = self._runtime.registry.turn_limits()
+        if not limits:
+            return []
+        store = self._runtime.store
+        with store.read() as tx:
+            held = store.limits.held_back(tx, limits)
+        return [
+            TurnLimitInfo(actor_type, limits[actor_type], running, waiting)
+            for actor_type, (running, waiting) in held.items()
         ]

@@ -7,17 +7,17 @@ Reading it is ``actors.history`` (it shows states, so a policy should treat it a
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..codec import check_identifier
 from ..errors import InvalidArguments, NotFound, OperationRefused
-from .base import AdminBase, check_limit, check_reason
+from .base import Caller, audit, check_limit, check_reason
 from .views import datetime_of, stored_json
 
 if TYPE_CHECKING:
+    from ..runtime import Runtime
     from ..store import Tx
     from ..store.journal import JournalRow
 
@@ -73,10 +73,12 @@ class ForkedActor:
     state: Any
 
 
-class ActorHistory(AdminBase):
+class ActorHistory:
     """Part of ``Administration``: the journal's reads and ``fork_actor``."""
 
-    _audit: Callable[..., None]  # Maintenance's
+    def __init__(self, runtime: Runtime, caller: Caller) -> None:
+        self._runtime = runtime
+        self._authorize = caller.authorize
 
     def actor_history(
         self, actor_type: str, actor_id: str, *, limit: int = 50, before_seq: int | None = None
@@ -140,7 +142,8 @@ class ActorHistory(AdminBase):
                 raise OperationRefused(
                     f"actor {actor_type} {new_actor_id!r} exists: a fork makes a new actor"
                 )
-            self._audit(
+            audit(
+                store,
                 tx,
                 principal,
                 "actors.fork",

@@ -1,6 +1,6 @@
 """Administration of idle actors: quiet ones, ones the application no longer knows, expiry.
 
-Mixed into :class:`~solid_objects.admin.Administration`; the SQL is in
+A part of :class:`~solid_objects.admin.Administration`; the SQL is in
 :mod:`solid_objects.store.idle`. ``admin.actors`` groups the actor operations under
 the names of their actions (``admin.actors.quiet(since=...)`` is ``quiet_actors``).
 """
@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 from ..codec import check_identifier
 from ..errors import InvalidArguments
 from ..store.store import new_id
-from .base import BATCH, AdminBase, check_limit, decode_cursor, log, page_of
+from .base import BATCH, Caller, check_limit, decode_cursor, log, page_of, summary_of
 from .views import ActorSummary, ExpiryReport, Page, datetime_of, iso_of
 
 if TYPE_CHECKING:
+    from ..runtime import Runtime
     from ..store import Tx
     from ..store.admin_rows import ActorRow
     from .api import Administration
@@ -41,11 +42,14 @@ def _cutoff(since: timedelta | datetime, now: int) -> int:
     )
 
 
-class IdleActors(AdminBase):
+class IdleActors:
     """The administration API's view of quiet actors: listing them, the orphans of the
     application's own ids, and expiring idle state (``state_ttl``).
     """
-    _summary: Callable[[ActorRow, int], ActorSummary]
+
+    def __init__(self, runtime: Runtime, caller: Caller) -> None:
+        self._runtime = runtime
+        self._authorize = caller.authorize
 
     def quiet_actors(
         self,
@@ -81,9 +85,9 @@ class IdleActors(AdminBase):
         rows, next_cursor = page_of(
             rows, limit, "quiet", lambda last: [last.actor_type, last.actor_id]
         )
-        return Page([self._summary(r, now) for r in rows], next_cursor, datetime_of(now))
+        return Page([summary_of(r, now) for r in rows], next_cursor, datetime_of(now))
 
-    def _orphaned_actors(
+    def orphans_of(
         self, actor_type: str, owner_ids: Iterable[str], limit: int, cursor: str | None
     ) -> Page[ActorSummary]:
         """Actors of ``actor_type`` whose id is not among ``owner_ids``, by id."""
@@ -115,7 +119,7 @@ class IdleActors(AdminBase):
                     break
                 after = batch[-1].actor_id
         rows, next_cursor = page_of(found, limit, "orphans", lambda last: last.actor_id)
-        return Page([self._summary(r, now) for r in rows], next_cursor, datetime_of(now))
+        return Page([summary_of(r, now) for r in rows], next_cursor, datetime_of(now))
 
     def expire_actors(
         self,
@@ -205,12 +209,6 @@ class IdleActors(AdminBase):
                 )
             if progress is not None:
                 progress(actor_type, deleted)
-
-    @property
-    def actors(self) -> ActorOperations:
-        """The actor operations named as their actions: ``admin.actors.quiet(since=...)``."""
-        return ActorOperations(self)  # type: ignore[arg-type]
-
 
 class ActorOperations:
     """``admin.actors``: ``list``, ``inspect``, ``pending``, ``states``, ``quiet``,

@@ -1,6 +1,6 @@
 """Administration: pausing actors, steering reminders, processes, retention, reconciliation.
 
-Mixed into :class:`~solid_objects.admin.Administration`. Every change is
+A part of :class:`~solid_objects.admin.Administration`. Every change is
 authorized first, validated before anything is written, and committed with
 its audit record in one transaction.
 """
@@ -17,14 +17,17 @@ from ..errors import InvalidArguments, NotFound, OperationRefused, UnknownActorT
 from ..store.control import ReminderChange as ChangeKind
 from ..store.processes import DRAINING
 from ..store.retention import PruneKind
-from ..store.store import new_id
 from .base import (
     MAX_LIMIT,
-    AdminBase,
+    Caller,
+    Listings,
+    audit,
     check_limit,
     check_reason,
     decode_cursor,
     page_of,
+    state_as_seen,
+    summary_of,
 )
 from .views import (
     ActorPause,
@@ -44,8 +47,8 @@ from .views import (
 if TYPE_CHECKING:
     from ..runtime import Runtime
     from ..store import Tx
-    from ..store.admin_rows import ActorRow
     from ..store.processes import ProcessRow
+    from .idle import IdleActors
 
 PRUNE_KINDS: tuple[PruneKind, ...] = get_args(PruneKind)
 
@@ -55,12 +58,17 @@ def _identity(actor_type: str, actor_id: str) -> None:
     check_identifier(actor_id, what="actor id")
 
 
-class Maintenance(AdminBase):
+class Maintenance:
     """The administration API's changes: pausing actors, steering reminders, processes,
     retention and reconciliation; each writes an audit row in its own transaction.
     """
-    _summary: Callable[[ActorRow, int], ActorSummary]
-    _orphaned_actors: Callable[[str, Iterable[str], int, str | None], Page[ActorSummary]]
+    def __init__(
+        self, runtime: Runtime, caller: Caller, idle: IdleActors, listings: Listings
+    ) -> None:
+        self._runtime = runtime
+        self._authorize = caller.authorize
+        self._idle = idle
+        self._listings = listings
 
     def _audit(
         self,
@@ -73,17 +81,7 @@ class Maintenance(AdminBase):
         actor: tuple[str, str] | None = None,
         detail: dict[str, Any] | None = None,
     ) -> None:
-        self._runtime.store.admin.write_audit(
-            tx,
-            audit_id=new_id(),
-            principal=principal,
-            action=action,
-            target_kind=kind,
-            target_id=target[:255],
-            actor_type=None if actor is None else actor[0],
-            actor_id=None if actor is None else actor[1],
-            detail=detail,
-        )
+        audit(self._runtime.store, tx, principal, action, kind, target, actor=actor, detail=detail)
 
     # --- actors -------------------------------------------------------------------------
 
@@ -225,7 +223,7 @@ class Maintenance(AdminBase):
         rows, next_cursor = page_of(
             rows, limit, "pending", lambda last: [last.actor_type, last.actor_id]
         )
-        return Page([self._summary(r, now) for r in rows], next_cursor, datetime_of(now))
+        return Page([summary_of(r, now) for r in rows], next_cursor, datetime_of(now))
 
     def actor_states(self, actor_type: str, actor_ids: Sequence[str]) -> dict[str, Any]:
         """Committed state of each listed actor that exists (reconciliation with your data).
@@ -244,7 +242,10 @@ class Maintenance(AdminBase):
         store = self._runtime.store
         with store.read() as tx:
             rows = store.control.actors_by_ids(tx, actor_type, ids)
-        return {r.actor_id: self._state_as_seen(actor_type, r.state, r.state_version) for r in rows}
+        registry = self._runtime.registry
+        return {
+            r.actor_id: state_as_seen(registry, actor_type, r.state, r.state_version) for r in rows
+        }
 
     @overload
     def orphans(self) -> Orphans: ...
@@ -278,7 +279,7 @@ class Maintenance(AdminBase):
         if actor_type is not None or owner_ids is not None:
             if actor_type is None or owner_ids is None:
                 raise InvalidArguments("orphans(actor_type, owner_ids) takes both, or neither")
-            return self._orphaned_actors(actor_type, owner_ids, limit, cursor)
+            return self._idle.orphans_of(actor_type, owner_ids, limit, cursor)
         self._authorize("orphans.list")
         store = self._runtime.store
         with store.read() as tx:
@@ -305,7 +306,7 @@ class Maintenance(AdminBase):
             raise InvalidArguments("not a valid cursor")
         self._authorize("reminders.list", actor_type=actor_type, actor_id=actor_id)
         store = self._runtime.store
-        with store.read() as tx:
+        with self._listings.read() as (tx, lag_ms):
             now = store.now(tx)
             rows = store.control.list_reminders(
                 tx,
@@ -322,7 +323,12 @@ class Maintenance(AdminBase):
             "reminders",
             lambda last: [last.due_at, last.actor_pk, last.operation, last.key],
         )
-        return Page([ReminderInfo.of(r) for r in rows], next_cursor, datetime_of(now))
+        return Page(
+            [ReminderInfo.of(r) for r in rows],
+            next_cursor,
+            datetime_of(now),
+            replica_lag_ms=lag_ms,
+        )
 
     def pause_reminder(
         self, actor_type: str, actor_id: str, operation: str, key: str = "", **kw: Any
@@ -407,7 +413,7 @@ class Maintenance(AdminBase):
         after = decode_cursor(cursor, "processes")
         self._authorize("processes.list", include_stopped=include_stopped)
         store = self._runtime.store
-        with store.read() as tx:
+        with self._listings.read() as (tx, lag_ms):
             now = store.now(tx)
             rows = store.processes.list_processes(
                 tx,
@@ -416,7 +422,12 @@ class Maintenance(AdminBase):
                 limit=limit + 1,
             )
         rows, next_cursor = page_of(rows, limit, "processes", lambda last: last.owner)
-        return Page([_process_info(r, now) for r in rows], next_cursor, datetime_of(now))
+        return Page(
+            [_process_info(r, now) for r in rows],
+            next_cursor,
+            datetime_of(now),
+            replica_lag_ms=lag_ms,
+        )
 
     def recover_process(self, owner: str, *, reason: str | None = None) -> RecoveredProcess:
         """Declare a process dead: its leases and effect claims go back to the pool now.

@@ -67,6 +67,9 @@ class Page(Generic[T]):
     next_cursor: str | None
     #: The database clock when the page was read (for "3 s ago").
     now: datetime | None = None
+    #: Read from the replica (``replica_url``), at most this many ms behind the
+    #: primary; None: read from the primary.
+    replica_lag_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -331,6 +334,8 @@ class Status:
     now: datetime | None
     types: list[TypeStatus]
     total: TypeStatus
+    #: Counted on the replica, at most this many ms behind; None: on the primary.
+    replica_lag_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -581,3 +586,5 @@ class Activity:
     #: (``sample_size``): p50/p99 then describe the sample the database returned.
     latency_sampled: bool
     sample_size: int
+    #: Counted on the replica, at most this many ms behind; None: on the primary.
+    replica_lag_ms: float | None = None

@@ -21,7 +21,7 @@ from ..extras import requires_extra
 
 with requires_extra("metrics", "solid_objects.observability.prometheus"):
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
-    from prometheus_client.core import GaugeMetricFamily, Metric
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
     from prometheus_client.registry import Collector
 
 from ..errors import ConfigurationError
@@ -304,11 +304,39 @@ class _RuntimeCollector(Collector):
             )
         return families
 
+    def _replica_families(self) -> list[Metric]:
+        """This process's reads that tolerate staleness (``replica_url``): how many the
+        replica served, how many fell back to the primary, and the lag last measured."""
+        replica = self._runtime.store.replica
+        if replica is None:
+            return []
+        ns = self._ns
+        reads = CounterMetricFamily(
+            f"{ns}_replica_reads", "Stale-tolerant reads the read replica served."
+        )
+        fallbacks = CounterMetricFamily(
+            f"{ns}_replica_fallbacks",
+            "Stale-tolerant reads sent to the primary: the replica was past "
+            "replica_max_lag, unreachable, or not yet proved fresh.",
+        )
+        lag = GaugeMetricFamily(
+            f"{ns}_replica_lag_seconds",
+            "How far the read replica was behind the primary at the last check.",
+        )
+        reads.add_metric([], replica.replica_reads)
+        fallbacks.add_metric([], replica.fallbacks)
+        if replica.lag != float("inf"):
+            lag.add_metric([], replica.lag)
+        return [reads, fallbacks, lag]
+
     def describe(self) -> Iterable[Metric]:
         """The families without samples: registering reads nothing from the database."""
-        return list(self._families().values())
+        return [*self._families().values(), *self._replica_families()]
 
     def collect(self) -> Iterable[Metric]:
+        return [*self._collect_families(), *self._replica_families()]
+
+    def _collect_families(self) -> Iterable[Metric]:
         families = self._families()
         families["activations"].add_metric([], self._runtime.kernel.held_activations())
         if self._database:

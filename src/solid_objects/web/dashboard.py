@@ -11,7 +11,7 @@ only read sees no buttons, and its forged POST meets the same ``Unauthorized``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,6 +97,13 @@ class DashboardApp(Starlette):
         return SecurityHeaders(super().build_middleware_stack())
 
 
+def _replica_lag(shown: Iterable[object]) -> float | None:
+    """How far behind the primary the page's listings may be, when any was read from
+    the replica (the most of them); None when all were the primary's."""
+    lags = [lag for v in shown if (lag := getattr(v, "replica_lag_ms", None)) is not None]
+    return max(lags) if lags else None
+
+
 def _safe_next(value: str | None) -> str:
     """Only a path inside the dashboard: never an open redirect."""
     if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
@@ -138,6 +145,7 @@ class _Dashboard:
             nonce=request.state.csp_nonce,
             principal=principal,
             csrf=None if principal is None else self.csrf.issue(principal),
+            replica_lag_ms=_replica_lag(context.values()),
             **context,
         )
         return HTMLResponse(html, status_code=status_code)
@@ -351,6 +359,7 @@ class _Dashboard:
             "effects.html",
             page=page,
             limits=ops.effect_limits(),
+            turn_limits=ops.turn_limits() if ops.allowed("status") else [],
             q=q,
             status=status,
             next_url=_next_url(request, page),
