@@ -45,11 +45,14 @@ def page_of(
 
 
 def encode_cursor(kind: str, value: Any) -> str:
+    """An opaque paging cursor: ``kind`` (which listing) and the last row's key."""
     raw = json.dumps([kind, value], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def decode_cursor(cursor: str | None, kind: str) -> Any:
+    """The key a cursor of listing ``kind`` holds (None for the first page); a cursor
+    that is malformed or of another listing raises ``InvalidArguments``."""
     if cursor is None:
         return None
     try:
@@ -63,18 +66,21 @@ def decode_cursor(cursor: str | None, kind: str) -> Any:
 
 
 def cursor_pair(value: Any) -> tuple[int, str]:
+    """A decoded ``(number, text)`` cursor key, checked."""
     if not (isinstance(value, list) and len(value) == 2):
         raise InvalidArguments("not a valid cursor")
     return int(value[0]), str(value[1])
 
 
 def check_limit(limit: int) -> int:
+    """A page size from 1 to ``MAX_LIMIT``, or ``InvalidArguments``."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidArguments(f"limit must be an int from 1 to {MAX_LIMIT}, not {limit!r}")
     return limit
 
 
 def check_ids(ids: Sequence[str] | str, what: str) -> list[str]:
+    """The distinct ids of a batch action (one id or many), at most ``MAX_LIMIT``."""
     if isinstance(ids, str):
         ids = [ids]
     unique = list(dict.fromkeys(ids))
@@ -95,6 +101,7 @@ def check_filters(**filters: str | None) -> None:
 
 
 def check_reason(reason: str | None) -> str | None:
+    """An audit reason: None or a string of bounded length."""
     if reason is not None and (not isinstance(reason, str) or len(reason) > _MAX_REASON):
         raise InvalidArguments(f"reason must be a str of at most {_MAX_REASON} characters")
     return reason
