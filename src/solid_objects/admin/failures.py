@@ -81,7 +81,7 @@ class Failures:
         store = self._runtime.store
         with self._listings.read() as (tx, lag_ms):
             now = store.now(tx)
-            rows = store.admin.list_dead_letters(
+            rows = store.dead_letters.list_dead_letters(
                 tx,
                 actor_type=actor_type,
                 actor_id=actor_id,
@@ -106,7 +106,7 @@ class Failures:
         self._authorize("dead_letters.inspect", message_id=message_id)
         store = self._runtime.store
         with store.read() as tx:
-            row, status = store.admin.dead_letter(tx, message_id)
+            row, status = store.dead_letters.dead_letter(tx, message_id)
         if row is None:
             raise NotFound(f"no message {message_id!r} (never sent, or pruned)")
         if status != "dead":
@@ -142,7 +142,7 @@ class Failures:
 
             def body(tx: Tx, batch: list[str] = batch) -> list[RetryOutcome]:
                 outcomes = [
-                    store.admin.retry_dead_letter(
+                    store.dead_letters.retry_dead_letter(
                         tx,
                         message_id,
                         retry_id=new_id(),
@@ -175,7 +175,7 @@ class Failures:
 
     def _check_retryable(self, tx: Tx, message_id: str) -> None:
         store = self._runtime.store
-        row, status = store.admin.dead_letter(tx, message_id)
+        row, status = store.dead_letters.dead_letter(tx, message_id)
         if row is None:
             self._refuse_retry(RetryOutcome("missing", message_id))
         elif status != "dead":
@@ -227,7 +227,7 @@ class Failures:
             def body(tx: Tx, batch: list[str] = batch) -> list[DiscardedDeadLetter]:
                 done = []
                 for message_id in batch:
-                    o = store.admin.discard_dead_letter(
+                    o = store.dead_letters.discard_dead_letter(
                         tx, message_id, principal=principal, reason=reason, audit_id=new_id()
                     )
                     if o.kind == "missing":

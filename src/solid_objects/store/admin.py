@@ -1,20 +1,10 @@
-"""SQL of the administration API: dead letters, actors, effects, status, audit.
+"""SQL of the administration API: actors, effects, status, audit (dead letters are
+``dead_letters.py``, the two admin tables ``admin_tables.py``).
 
 :class:`AdminStatements` is a part of :class:`~solid_objects.store.Store`.
 Reads run on ``Store.read()`` connections; every write runs inside one
 ``Store.transact()`` body together with its audit record, so a change and the
 record of who made it commit together or not at all.
-
-Two tables belong to this module (schema version 3, see
-:func:`define_admin_tables`):
-
-- ``{prefix}audit``: one row per change made through the administration API
-  (who, what, when, which target, details as JSON).
-- ``{prefix}resolutions``: what an operator did with a dead letter
-  (``retried`` with the id of the new message, or ``discarded``). The dead
-  message itself keeps ``status = 'dead'``, because its original caller may
-  still read that outcome; a dead letter with a resolution no longer lists
-  as open.
 
 Every write here first checks the target's state and returns a ``kind`` that
 says why nothing was done, before writing anything; the caller decides whether
@@ -25,107 +15,31 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import BigInteger, Column, Index, MetaData, String, Table, Text, text
-
 from .admin_rows import (
     ACTOR_COLS,
     AUDIT_COLS,
-    DEAD_COLS,
     EFFECT_COLS,
     MAILBOX_COLS,
     REMINDER_COLS,
     ActorRow,
     AuditRow,
-    DeadLetterRow,
-    DiscardOutcome,
     EffectAdminRow,
     EffectRetryOutcome,
     MailboxRow,
     ReminderAdminRow,
-    RetryOutcome,
     TypeCounts,
     read_actor,
     read_audit,
-    read_dead_letter,
     read_effect,
     read_mailbox,
     read_reminder,
 )
+from .admin_tables import admin_sql
 from .dialect import Tx
 from .part import StorePart
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
-
-
-
-# --- schema (version 3) ---------------------------------------------------------------
-
-
-def define_admin_tables(md: MetaData, prefix: str) -> None:
-    """Add the administration tables, and the dead-effects index, to ``md``.
-
-    ``md`` must already hold the ``{prefix}effects`` table (``schema.build_metadata``).
-    """
-    from .schema import _big_text, _ident  # lazy: schema imports this module
-
-    if f"{prefix}audit" in md.tables:
-        return
-    Table(
-        f"{prefix}audit",
-        md,
-        # Time-ordered (store.new_id), so the primary key is also the log's order.
-        Column("id", String(32), primary_key=True),
-        Column("at", BigInteger, nullable=False),
-        Column("principal", _ident(255), nullable=False),
-        Column("action", String(64), nullable=False),
-        # message | effect | actor
-        Column("target_kind", String(16), nullable=False),
-        Column("target_id", _ident(255), nullable=False),
-        Column("actor_type", _ident(128), nullable=True),
-        Column("actor_id", _ident(255), nullable=True),
-        Column("detail", _big_text(), nullable=True),
-        Index(f"{prefix}audit_target", "target_kind", "target_id"),
-        sqlite_with_rowid=False,
-    )
-    Table(
-        f"{prefix}resolutions",
-        md,
-        Column("message_id", String(32), primary_key=True),
-        # retried | discarded
-        Column("resolution", String(16), nullable=False),
-        Column("retry_message_id", String(32), nullable=True),
-        Column("principal", _ident(255), nullable=False),
-        Column("reason", Text(), nullable=True),
-        Column("resolved_at", BigInteger, nullable=False),
-        sqlite_with_rowid=False,
-    )
-    Index(
-        f"{prefix}effects_dead",
-        md.tables[f"{prefix}effects"].c.status,
-        md.tables[f"{prefix}effects"].c.completed_at,
-        sqlite_where=text("status = 'dead'"),
-        postgresql_where=text("status = 'dead'"),
-    )
-
-
-def migrate_admin_tables(conn: Connection, md: MetaData) -> None:
-    """Schema migration 2 -> 3: create the audit and resolutions tables and the index.
-
-    The index is created explicitly because ``create_all`` skips tables that
-    already exist (``effects`` was created by migration 2), and with it their
-    new indexes.
-    """
-    prefix = md.info["prefix"]
-    define_admin_tables(md, prefix)
-    md.create_all(
-        conn,
-        tables=[md.tables[f"{prefix}audit"], md.tables[f"{prefix}resolutions"]],
-        checkfirst=True,
-    )
-    for index in md.tables[f"{prefix}effects"].indexes:
-        if index.name == f"{prefix}effects_dead":
-            index.create(conn, checkfirst=True)
+    pass
 
 
 def prefix_upper_bound(prefix: str) -> str | None:
@@ -149,210 +63,6 @@ def prefix_upper_bound(prefix: str) -> str | None:
 class AdminStatements(StorePart):
     """``store.admin``: the administration API's reads and repairs (re-sent dead letters go
     through ``store.mailbox``)."""
-
-
-    def _admin(self, template: str) -> str:
-        """Fill in this module's own table names; Store.sql fills in the rest."""
-        return template.replace("{audit}", f"{self.prefix}audit").replace(
-            "{resolutions}", f"{self.prefix}resolutions"
-        )
-
-    def _insert_ignore(self, table: str, columns: str, values: str, key: str) -> str:
-        if self.dialect.family == "postgresql":
-            return (
-                f"INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT ({key}) DO NOTHING"
-            )
-        if self.dialect.family == "mysql":
-            return f"INSERT IGNORE INTO {table} ({columns}) VALUES ({values})"
-        return f"INSERT OR IGNORE INTO {table} ({columns}) VALUES ({values})"
-
-    # --- dead letters ---------------------------------------------------------------
-
-    def list_dead_letters(
-        self,
-        tx: Tx,
-        *,
-        actor_type: str | None,
-        actor_id: str | None,
-        operation: str | None,
-        state: str,
-        after: tuple[int, str] | None,
-        limit: int,
-    ) -> list[DeadLetterRow]:
-        """Dead messages, newest death first, keyed by (completed_at, id) for paging.
-
-        ``state``: ``open`` (no resolution), ``retried``, ``discarded`` or ``all``.
-        """
-        where = ["m.status = 'dead'"]
-        params: dict[str, Any] = {"limit": limit}
-        for column, value in (
-            ("actor_type", actor_type),
-            ("actor_id", actor_id),
-            ("operation", operation),
-        ):
-            if value is not None:
-                where.append(f"m.{column} = :{column}")
-                params[column] = value
-        if state == "open":
-            where.append("r.message_id IS NULL")
-        elif state != "all":
-            where.append("r.resolution = :resolution")
-            params["resolution"] = state
-        if after is not None:
-            where.append("(m.completed_at < :at OR (m.completed_at = :at AND m.id < :after_id))")
-            params.update(at=after[0], after_id=after[1])
-        rows = tx.rows(
-            self._admin(
-                f"SELECT {DEAD_COLS} FROM {{messages}} m "
-                "LEFT JOIN {resolutions} r ON r.message_id = m.id "
-                f"WHERE {' AND '.join(where)} "
-                "ORDER BY m.completed_at DESC, m.id DESC LIMIT :limit"
-            ),
-            params,
-        )
-        return [read_dead_letter(r) for r in rows]
-
-    def dead_letter(self, tx: Tx, message_id: str) -> tuple[DeadLetterRow | None, str | None]:
-        """The message with its resolution, and its status (None, None when missing)."""
-        row = tx.row(
-            self._admin(
-                f"SELECT {DEAD_COLS}, m.status FROM {{messages}} m "
-                "LEFT JOIN {resolutions} r ON r.message_id = m.id WHERE m.id = :id"
-            ),
-            {"id": message_id},
-        )
-        if row is None:
-            return None, None
-        return read_dead_letter(row), str(row[18])
-
-    def retry_dead_letter(
-        self,
-        tx: Tx,
-        message_id: str,
-        *,
-        retry_id: str,
-        principal: str,
-        reason: str | None,
-        audit_id: str,
-    ) -> RetryOutcome:
-        """Send a dead letter's operation and arguments again, to the tail of its mailbox.
-
-        Idempotent: the new message carries the idempotency key
-        ``dead-letter:<message id>`` and the resolution row is taken with an
-        insert-if-absent, so concurrent or repeated retries enqueue one message.
-        The actor row is locked first (as ``Store.enqueue`` does), which also
-        keeps a concurrent ``destroy`` from slipping in between the check that
-        the dead letter's incarnation still exists and the enqueue.
-        """
-        dead, status = self.dead_letter(tx, message_id)
-        if dead is None:
-            return RetryOutcome("missing", message_id)
-        if status != "dead":
-            return RetryOutcome("not_dead", message_id, status=status)
-        if dead.resolution is not None:
-            return self._resolved_retry(dead)
-        pk = tx.scalar(
-            "SELECT pk FROM {actors} WHERE actor_type = :t AND actor_id = :i{for_update}",
-            {"t": dead.actor_type, "i": dead.actor_id},
-        )
-        if pk is None or int(pk) != dead.actor_pk:
-            return RetryOutcome("actor_gone", message_id)
-        taken = tx.run(
-            self._insert_ignore(
-                self._admin("{resolutions}"),
-                "message_id, resolution, retry_message_id, principal, reason, resolved_at",
-                ":id, 'retried', :retry, :principal, :reason, {now}",
-                "message_id",
-            ),
-            {"id": message_id, "retry": retry_id, "principal": principal, "reason": reason},
-        )
-        if taken != 1:  # resolved meanwhile by a concurrent call
-            again, _ = self.dead_letter(tx, message_id)
-            assert again is not None
-            return self._resolved_retry(again)
-        enqueued = self.store.mailbox.enqueue(
-            tx,
-            message_id=retry_id,
-            actor_type=dead.actor_type,
-            actor_id=dead.actor_id,
-            operation=dead.operation,
-            arguments=dead.arguments,
-            idempotency_key=f"dead-letter:{message_id}",
-            delay_ms=0,
-            claim_for=None,
-            lease_ms=0,
-        )
-        if enqueued.existing:  # the key was used before (a pruned resolution)
-            tx.run(
-                self._admin(
-                    "UPDATE {resolutions} SET retry_message_id = :retry WHERE message_id = :id"
-                ),
-                {"retry": enqueued.message.id, "id": message_id},
-            )
-        self.write_audit(
-            tx,
-            audit_id=audit_id,
-            principal=principal,
-            action="dead_letters.retry",
-            target_kind="message",
-            target_id=message_id,
-            actor_type=dead.actor_type,
-            actor_id=dead.actor_id,
-            detail={"retry_message_id": enqueued.message.id, "reason": reason},
-        )
-        return RetryOutcome(
-            "retried", message_id, retry_message_id=enqueued.message.id, enqueued=enqueued
-        )
-
-    @staticmethod
-    def _resolved_retry(dead: DeadLetterRow) -> RetryOutcome:
-        if dead.resolution == "retried":
-            return RetryOutcome("already_retried", dead.id, retry_message_id=dead.retry_message_id)
-        return RetryOutcome("discarded", dead.id)
-
-    def discard_dead_letter(
-        self,
-        tx: Tx,
-        message_id: str,
-        *,
-        principal: str,
-        reason: str | None,
-        audit_id: str,
-    ) -> DiscardOutcome:
-        """Mark a dead letter discarded, so it no longer lists as open. Idempotent."""
-        dead, status = self.dead_letter(tx, message_id)
-        if dead is None:
-            return DiscardOutcome("missing", message_id)
-        if status != "dead":
-            return DiscardOutcome("not_dead", message_id, status=status)
-        if dead.resolution is None:
-            taken = tx.run(
-                self._insert_ignore(
-                    self._admin("{resolutions}"),
-                    "message_id, resolution, retry_message_id, principal, reason, resolved_at",
-                    ":id, 'discarded', NULL, :principal, :reason, {now}",
-                    "message_id",
-                ),
-                {"id": message_id, "principal": principal, "reason": reason},
-            )
-            if taken == 1:
-                self.write_audit(
-                    tx,
-                    audit_id=audit_id,
-                    principal=principal,
-                    action="dead_letters.discard",
-                    target_kind="message",
-                    target_id=message_id,
-                    actor_type=dead.actor_type,
-                    actor_id=dead.actor_id,
-                    detail={"reason": reason},
-                )
-                return DiscardOutcome("discarded", message_id)
-            dead, _ = self.dead_letter(tx, message_id)
-            assert dead is not None
-        if dead.resolution == "retried":
-            return DiscardOutcome("retried", message_id, retry_message_id=dead.retry_message_id)
-        return DiscardOutcome("already_discarded", message_id)
 
     # --- actors ---------------------------------------------------------------------
 
@@ -446,10 +156,11 @@ class AdminStatements(StorePart):
     def open_dead_letters_of(self, tx: Tx, actor_type: str, actor_id: str) -> int:
         return int(
             tx.scalar(
-                self._admin(
+                admin_sql(
+                    self.prefix,
                     "SELECT COUNT(*) FROM {messages} m WHERE m.status = 'dead' "
                     "AND m.actor_type = :t AND m.actor_id = :i AND NOT EXISTS "
-                    "(SELECT 1 FROM {resolutions} r WHERE r.message_id = m.id)"
+                    "(SELECT 1 FROM {resolutions} r WHERE r.message_id = m.id)",
                 ),
                 {"t": actor_type, "i": actor_id},
             )
@@ -606,10 +317,11 @@ class AdminStatements(StorePart):
         ):
             of(r[0]).scheduled = int(r[1])
         for r in tx.rows(
-            self._admin(
+            admin_sql(
+                self.prefix,
                 "SELECT m.actor_type, COUNT(*) FROM {messages} m WHERE m.status = 'dead' "
                 "AND NOT EXISTS (SELECT 1 FROM {resolutions} r WHERE r.message_id = m.id) "
-                "GROUP BY m.actor_type"
+                "GROUP BY m.actor_type",
             )
         ):
             of(r[0]).dead_letters = int(r[1])
@@ -654,10 +366,11 @@ class AdminStatements(StorePart):
         from ..codec import canonical_json
 
         tx.run(
-            self._admin(
+            admin_sql(
+                self.prefix,
                 "INSERT INTO {audit} (id, at, principal, action, target_kind, target_id, "
                 "actor_type, actor_id, detail) VALUES (:id, {now}, :principal, :action, "
-                ":kind, :target, :t, :i, :detail)"
+                ":kind, :target, :t, :i, :detail)",
             ),
             {
                 "id": audit_id,
@@ -695,9 +408,10 @@ class AdminStatements(StorePart):
         return [
             read_audit(r)
             for r in tx.rows(
-                self._admin(
+                admin_sql(
+                    self.prefix,
                     f"SELECT {AUDIT_COLS} FROM {{audit}} WHERE {' AND '.join(where)} "
-                    "ORDER BY id DESC LIMIT :limit"
+                    "ORDER BY id DESC LIMIT :limit",
                 ),
                 {
                     "target": target_id,

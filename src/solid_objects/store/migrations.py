@@ -17,7 +17,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 
-from .admin import migrate_admin_tables
+from .admin_tables import migrate_admin_tables
 from .notices import KEY_NAME, new_secret
 
 

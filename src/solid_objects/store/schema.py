@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql, postgresql
 
 from ..errors import SchemaNotInstalled, SchemaTooNew
-from .admin import define_admin_tables
+from .admin_tables import define_admin_tables
 from .dialect import Dialect
 from .migrations import MIGRATIONS
 from .notices import KEY_NAME, new_secret
@@ -35,13 +35,16 @@ from .notices import KEY_NAME, new_secret
 SCHEMA_VERSION = 18
 
 
-def _ident(length: int) -> String:
+def ident(length: int) -> String:
+    """An identifier column: byte-exact (``utf8mb4_bin``) on MySQL/MariaDB, so ``Cart-1``
+    and ``cart-1`` differ as they do everywhere else."""
     return String(length).with_variant(
         mysql.VARCHAR(length, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
     )
 
 
-def _big_text() -> Text:
+def big_text() -> Text:
+    """A text column that holds more than 64 KiB on MySQL/MariaDB too (``LONGTEXT``)."""
     return Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 
 
@@ -71,8 +74,8 @@ def build_metadata(prefix: str) -> MetaData:
         f"{prefix}actors",
         md,
         Column("pk", _PK, primary_key=True, autoincrement=True),
-        Column("actor_type", _ident(128), nullable=False),
-        Column("actor_id", _ident(255), nullable=False),
+        Column("actor_type", ident(128), nullable=False),
+        Column("actor_id", ident(255), nullable=False),
         Column("state", state_type(), nullable=True),
         Column("state_version", Integer, nullable=False, server_default="1"),
         # Mailbox: queued messages are exactly seq done_seq+1 .. next_seq-1.
@@ -100,18 +103,18 @@ def build_metadata(prefix: str) -> MetaData:
         md,
         Column("id", String(32), primary_key=True),
         Column("actor_pk", BigInteger, nullable=False),
-        Column("actor_type", _ident(128), nullable=False),
-        Column("actor_id", _ident(255), nullable=False),
+        Column("actor_type", ident(128), nullable=False),
+        Column("actor_id", ident(255), nullable=False),
         Column("seq", BigInteger, nullable=True),
         Column("operation", String(128), nullable=False),
-        Column("arguments", _big_text(), nullable=False),
-        Column("idempotency_key", _ident(255), nullable=True),
+        Column("arguments", big_text(), nullable=False),
+        Column("idempotency_key", ident(255), nullable=True),
         # scheduled | queued | completed | rejected | dead | destroyed
         Column("status", String(16), nullable=False),
         Column("available_at", BigInteger, nullable=False),
         Column("attempts", Integer, nullable=False, server_default="0"),
-        Column("result", _big_text(), nullable=True),
-        Column("error", _big_text(), nullable=True),
+        Column("result", big_text(), nullable=True),
+        Column("error", big_text(), nullable=True),
         Column("created_at", BigInteger, nullable=False),
         Column("completed_at", BigInteger, nullable=True),
         # W3C trace context of the sender's span (schema 4): tracing across processes.
@@ -124,7 +127,7 @@ def build_metadata(prefix: str) -> MetaData:
         # operation and key, an effect's callback; NULL for a caller outside any actor.
         Column("sender", Text, nullable=True),
         # The formatted traceback of the last failed attempt (schema 12), bounded, redacted.
-        Column("traceback", _big_text(), nullable=True),
+        Column("traceback", big_text(), nullable=True),
         UniqueConstraint("actor_pk", "seq", name=f"{prefix}messages_mailbox"),
         # Partial where the database supports it, so the common message (no key,
         # never delayed, never dead) writes no entry into these indexes.
@@ -159,11 +162,11 @@ def build_metadata(prefix: str) -> MetaData:
         # The id is the effect's idempotency key (ctx.id): stable across retries.
         Column("id", String(32), primary_key=True),
         Column("actor_pk", BigInteger, nullable=False),
-        Column("actor_type", _ident(128), nullable=False),
-        Column("actor_id", _ident(255), nullable=False),
+        Column("actor_type", ident(128), nullable=False),
+        Column("actor_id", ident(255), nullable=False),
         Column("source_message_id", String(32), nullable=False),
-        Column("name", _ident(255), nullable=False),
-        Column("arguments", _big_text(), nullable=False),
+        Column("name", ident(255), nullable=False),
+        Column("arguments", big_text(), nullable=False),
         Column("on_success", String(128), nullable=True),
         Column("on_failure", String(128), nullable=True),
         # pending | running | done | dead
@@ -172,13 +175,13 @@ def build_metadata(prefix: str) -> MetaData:
         # pending: when it may run; running: when its claim expires and it may run again.
         Column("available_at", BigInteger, nullable=False),
         Column("claimed_by", String(64), nullable=True),
-        Column("result", _big_text(), nullable=True),
-        Column("error", _big_text(), nullable=True),
+        Column("result", big_text(), nullable=True),
+        Column("error", big_text(), nullable=True),
         Column("created_at", BigInteger, nullable=False),
         Column("completed_at", BigInteger, nullable=True),
         Column("traceparent", String(55), nullable=True),
         # The formatted traceback of the last failed attempt (schema 12), bounded, redacted.
-        Column("traceback", _big_text(), nullable=True),
+        Column("traceback", big_text(), nullable=True),
         # When the current attempt was claimed (schema 18; NULL: never claimed since).
         Column("started_at", BigInteger, nullable=True),
         Index(f"{prefix}effects_actor", "actor_pk"),
@@ -196,10 +199,10 @@ def build_metadata(prefix: str) -> MetaData:
         md,
         Column("actor_pk", BigInteger, primary_key=True),
         Column("operation", String(128), primary_key=True),
-        Column("rkey", _ident(255), primary_key=True),
-        Column("actor_type", _ident(128), nullable=False),
-        Column("actor_id", _ident(255), nullable=False),
-        Column("arguments", _big_text(), nullable=False),
+        Column("rkey", ident(255), primary_key=True),
+        Column("actor_type", ident(128), nullable=False),
+        Column("actor_id", ident(255), nullable=False),
+        Column("arguments", big_text(), nullable=False),
         Column("due_at", BigInteger, nullable=False),
         Column("every_ms", BigInteger, nullable=True),
         # A cron schedule instead of every_ms (schema 8): expression and IANA zone name.
@@ -225,9 +228,9 @@ def build_metadata(prefix: str) -> MetaData:
         Column("pid", BigInteger, nullable=False),
         Column("version", String(32), nullable=False),
         # JSON list of the actor types the process runs.
-        Column("actor_types", _big_text(), nullable=False),
+        Column("actor_types", big_text(), nullable=False),
         # JSON list of the effect names it runs handlers for (schema 10; NULL: none).
-        Column("effect_names", _big_text(), nullable=True),
+        Column("effect_names", big_text(), nullable=True),
         Column("started_at", BigInteger, nullable=False),
         Column("heartbeat_at", BigInteger, nullable=False),
         # Stale once the database clock passes this without a new heartbeat.
@@ -244,7 +247,7 @@ def build_metadata(prefix: str) -> MetaData:
         Column("session_mark", String(255), nullable=True),
         # JSON {actor type: {"operations": [...], "state_version": n}}: what the code of
         # the process can run (schema 13; NULL: an older process, it runs what it knows).
-        Column("capabilities", _big_text(), nullable=True),
+        Column("capabilities", big_text(), nullable=True),
         Index(f"{prefix}processes_expiry", "stopped_at", "expires_at"),
     )
     Table(
@@ -255,9 +258,9 @@ def build_metadata(prefix: str) -> MetaData:
         # for a later one), revision the seq of the turn that wrote it.
         Column("actor_pk", BigInteger, primary_key=True, autoincrement=False),
         Column("revision", BigInteger, primary_key=True, autoincrement=False),
-        Column("actor_type", _ident(128), nullable=False),
-        Column("actor_id", _ident(255), nullable=False),
-        Column("changes", _big_text(), nullable=False),
+        Column("actor_type", ident(128), nullable=False),
+        Column("actor_id", ident(255), nullable=False),
+        Column("changes", big_text(), nullable=False),
         Column("created_at", BigInteger, nullable=False),
         Index(f"{prefix}broadcasts_identity", "actor_type", "actor_id", "actor_pk", "revision"),
         Index(f"{prefix}broadcasts_created", "created_at"),
@@ -290,8 +293,8 @@ def build_metadata(prefix: str) -> MetaData:
         Column("actor_pk", BigInteger, nullable=False),
         Column("seq", BigInteger, nullable=False),
         Column("status", String(16), nullable=False),
-        Column("state_before", _big_text(), nullable=True),
-        Column("state_after", _big_text(), nullable=True),
+        Column("state_before", big_text(), nullable=True),
+        Column("state_after", big_text(), nullable=True),
         Column("state_version", Integer, nullable=False),
         Column("created_at", BigInteger, nullable=False),
         Index(f"{prefix}journal_actor", "actor_pk", "seq"),
@@ -301,7 +304,7 @@ def build_metadata(prefix: str) -> MetaData:
         md,
         # The projection tables of actor types that declare ``@projection`` values
         # (schema 15): which table, and the definition its rows were computed with.
-        Column("actor_type", _ident(128), primary_key=True),
+        Column("actor_type", ident(128), primary_key=True),
         Column("table_name", String(64), nullable=False),
         Column("fingerprint", String(64), nullable=False),
     )
@@ -311,7 +314,7 @@ def build_metadata(prefix: str) -> MetaData:
         # One row per actor type with a ``max_active_turns`` (schema 17): a claim of
         # such a type locks it, so two processes never both count the live claims
         # below the limit and both take one.
-        Column("actor_type", _ident(128), primary_key=True),
+        Column("actor_type", ident(128), primary_key=True),
     )
     Table(
         f"{prefix}effect_limits",
@@ -320,18 +323,18 @@ def build_metadata(prefix: str) -> MetaData:
         # the last process to start declared, and the database-clock times of the latest
         # starts (a JSON list, at most rate_count of them). Its row lock serializes the
         # claimers of the name on every process.
-        Column("name", _ident(255), primary_key=True),
+        Column("name", ident(255), primary_key=True),
         Column("rate_count", Integer, nullable=True),
         Column("rate_per_ms", BigInteger, nullable=True),
         Column("max_concurrent", Integer, nullable=True),
-        Column("recent_starts", _big_text(), nullable=True),
+        Column("recent_starts", big_text(), nullable=True),
         Column("declared_by", String(64), nullable=True),
         Column("updated_at", BigInteger, nullable=False),
     )
     define_admin_tables(md, prefix)
     for table in md.tables.values():
         # Every text column compares byte by byte on MySQL/MariaDB, not only the ones
-        # declared with _ident: names, keys and ids are case- and accent-sensitive.
+        # declared with ident: names, keys and ids are case- and accent-sensitive.
         table.dialect_kwargs["mysql_charset"] = "utf8mb4"
         table.dialect_kwargs["mysql_collate"] = "utf8mb4_bin"
     return md

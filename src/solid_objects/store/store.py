@@ -31,6 +31,7 @@ from .admin import AdminStatements
 from .admin_activity import ActivityStatements
 from .broadcasts import BroadcastStatements
 from .control import ControlStatements
+from .dead_letters import DeadLetterStatements
 from .dialect import Dialect, Tx, dialect_for
 from .effect_limits import EffectLimitStatements
 from .idle import IdleStatements
@@ -162,6 +163,7 @@ class Store:
         self.retention = RetentionStatements(self)
         self.tracebacks = TracebackStatements(self)
         self.admin = AdminStatements(self)
+        self.dead_letters = DeadLetterStatements(self)
         self.activity = ActivityStatements(self)
         self.limits = LimitStatements(self)
         self.leases = LeaseStatements(self)
