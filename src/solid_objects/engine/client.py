@@ -9,6 +9,7 @@ how a caller waits for an outcome (and what a timed-out call says) is :mod:`.wai
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import time
@@ -68,11 +69,33 @@ class _QueueFields(TypedDict):
 
     idempotency_key: str | None
     delay_ms: int
+    priority: int
+    coalesce_key: str | None
 
 
 def _queue_fields(options: CallOptions) -> _QueueFields:
     """The options' part of an enqueue, converted the one way the store takes it."""
-    return _QueueFields(idempotency_key=options.idempotency_key, delay_ms=int(options.delay * 1000))
+    return _QueueFields(
+        idempotency_key=options.idempotency_key,
+        delay_ms=int(options.delay * 1000),
+        priority=options.priority,
+        coalesce_key=options.coalesce_key,
+    )
+
+
+def _plain(options: CallOptions) -> bool:
+    """Whether an enqueue may take the shortcuts of a message with no key, no delay and
+    no priority (one statement, the held actor's two); else ``mailbox.enqueue``."""
+    if options.coalesce_key is not None and options.delay > 0:
+        raise InvalidArguments(
+            "coalesce_key= replaces a message still queued: it cannot be combined with delay="
+        )
+    return (
+        options.idempotency_key is None
+        and options.delay <= 0
+        and options.priority == 0
+        and options.coalesce_key is None
+    )
 
 
 class Client:
@@ -294,6 +317,7 @@ class Client:
         arguments: str,
     ) -> str:
         """Enqueue in the application's transaction; wake workers after its commit."""
+        _plain(options)  # refuses what cannot be combined, before anything is written
         joined = external.resolve(options.connection)
         self.ensure_schema()
         observed = self.pool.instrument.enqueue(definition.actor_type, operation.name, message_id)
@@ -357,6 +381,7 @@ class Client:
         observed: Callable[[Future[Any]], None] | None = None,
     ) -> Future[Enqueued]:
         """Enqueue arguments already encoded and authorized."""
+        plain = _plain(options)
         self.ensure_schema()
         # A type with a turn limit is claimed by the poller alone, under its type lock.
         claim = (
@@ -365,8 +390,7 @@ class Client:
 
         # An actor this process holds: no claim to consider (two statements).
         held = (
-            options.idempotency_key is None
-            and options.delay <= 0
+            plain
             and self.store.dialect.update_returning
             and self.pool.holds_identity(definition.actor_type, actor_id)
         )
@@ -394,7 +418,7 @@ class Client:
             return enqueued
 
         one_statement = None
-        if self.store.dialect.writable_cte and options.idempotency_key is None:
+        if self.store.dialect.writable_cte and plain:
             if options.delay <= 0:
 
                 def one_statement(tx: Tx) -> Enqueued | None:
@@ -422,7 +446,9 @@ class Client:
             message_id,
         )
         future.add_done_callback(observed)
-        future.add_done_callback(self._route)
+        future.add_done_callback(
+            functools.partial(self._route, carry=options.coalesce_key is None)
+        )
         return future
 
     def _resolved(self, future: Future[Enqueued], message_id: str) -> Future[Enqueued]:
@@ -510,8 +536,10 @@ class Client:
         """A direct turn's commit that outlived the caller's deadline ended."""
         self.in_flight.end(message_id)
 
-    def _route(self, done: Future[Enqueued]) -> None:
-        """After the enqueue committed: hand the message to a local worker if we hold it."""
+    def _route(self, done: Future[Enqueued], *, carry: bool = True) -> None:
+        """After the enqueue committed: hand the message to a local worker if we hold it
+        (without ``carry``, only a signal: a keyed message is read once it is the head,
+        ``store.coalescing``)."""
         if done.exception() is not None:
             return
         faults.point("enqueue.committed")
@@ -520,7 +548,9 @@ class Client:
         if enqueued.claimed is not None:
             self.waiters.mark(message.id, local=True)
             self.pool.adopt(enqueued.claimed)
-        elif message.status == "queued" and self.pool.signal(message.actor_pk, message):
+        elif message.status == "queued" and self.pool.signal(
+            message.actor_pk, message if carry else None
+        ):
             self.waiters.mark(message.id, local=True)
         else:
             self.waiters.mark(message.id, local=False)

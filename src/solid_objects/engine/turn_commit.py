@@ -91,7 +91,8 @@ class TurnCommit:
             tx,
             act.lease,
             message,
-            status=outcome.kind,
+            # A head passed over keeps its status (cancelled, or replaced: coalescing).
+            status=message.status if outcome.kind == "cancelled" else outcome.kind,
             state=outcome.state if completed else None,
             state_version=act.definition.state_version if act.definition else 1,
             result=outcome.result,

@@ -551,8 +551,8 @@ class WorkerPool(DirectTurns):
                 # (``pending_here``) and reads the row instead of waiting for a handover.
                 kept = self._settle(act, message, outcome, committed)
                 if outcome.kind != "retry":
-                    self.waiters.resolve(
-                        message.id, Outcome(outcome.kind, outcome.result, outcome.error)
+                    self.waiters.finished(
+                        message, Outcome(outcome.kind, outcome.result, outcome.error)
                     )
                 if not kept:
                     continue

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -32,7 +33,7 @@ from .dialect import Dialect
 from .notices import KEY_NAME, new_secret
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 18
+SCHEMA_VERSION = 19
 
 
 def _ident(length: int) -> String:
@@ -106,7 +107,7 @@ def build_metadata(prefix: str) -> MetaData:
         Column("operation", String(128), nullable=False),
         Column("arguments", _big_text(), nullable=False),
         Column("idempotency_key", _ident(255), nullable=True),
-        # scheduled | queued | completed | rejected | dead | destroyed
+        # scheduled | queued | completed | rejected | dead | destroyed | cancelled | replaced
         Column("status", String(16), nullable=False),
         Column("available_at", BigInteger, nullable=False),
         Column("attempts", Integer, nullable=False, server_default="0"),
@@ -125,6 +126,12 @@ def build_metadata(prefix: str) -> MetaData:
         Column("sender", Text, nullable=True),
         # The formatted traceback of the last failed attempt (schema 12), bounded, redacted.
         Column("traceback", _big_text(), nullable=True),
+        # Claim rank of its actor while it is queued, 0 (plain) to 9 (schema 19,
+        # store/priority.py); a queued one with a coalesce key may be replaced by a
+        # later send with the same key, named in replaced_by (status ``replaced``).
+        Column("priority", SmallInteger, nullable=False, server_default="0"),
+        Column("coalesce_key", _ident(255), nullable=True),
+        Column("replaced_by", String(32), nullable=True),
         UniqueConstraint("actor_pk", "seq", name=f"{prefix}messages_mailbox"),
         # Partial where the database supports it, so the common message (no key,
         # never delayed, never dead) writes no entry into these indexes.
@@ -142,6 +149,13 @@ def build_metadata(prefix: str) -> MetaData:
             "available_at",
             sqlite_where=text("status = 'scheduled'"),
             postgresql_where=text("status = 'scheduled'"),
+        ),
+        Index(
+            f"{prefix}messages_urgent",
+            "priority",
+            "status",
+            sqlite_where=text("priority > 0"),
+            postgresql_where=text("priority > 0"),
         ),
         Index(
             f"{prefix}messages_dead",
@@ -545,6 +559,30 @@ def _migrate_to_18(conn: Connection, md: MetaData) -> None:
         conn.execute(text(f"ALTER TABLE {table} ADD COLUMN started_at BIGINT NULL"))
 
 
+def _migrate_to_19(conn: Connection, md: MetaData) -> None:
+    """Message priority and coalescing: ``messages.priority``, ``coalesce_key``,
+    ``replaced_by`` and the index of urgent messages. Rows written before it are plain
+    (priority 0, no key)."""
+    from sqlalchemy import inspect
+
+    prefix = md.info["prefix"]
+    table = f"{prefix}messages"
+    columns = {c["name"] for c in inspect(conn).get_columns(table)}
+    text_kind = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+    if conn.dialect.name not in ("mysql", "mariadb"):
+        text_kind = "VARCHAR(255)"
+    added = {
+        "priority": "SMALLINT NOT NULL DEFAULT 0",
+        "coalesce_key": f"{text_kind} NULL",
+        "replaced_by": "VARCHAR(32) NULL",
+    }
+    for name, kind in added.items():
+        if name not in columns:
+            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {name} {kind}"))
+    urgent = next(i for i in md.tables[table].indexes if i.name == f"{prefix}messages_urgent")
+    urgent.create(conn, checkfirst=True)
+
+
 def _mysql_json(conn: Connection, table: str) -> bool:
     """Whether ``state`` is JSON already: MySQL says so in its column type, MariaDB
     (where JSON is LONGTEXT checked by ``JSON_VALID``) in a check constraint."""
@@ -598,6 +636,7 @@ MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_16,
     _migrate_to_17,
     _migrate_to_18,
+    _migrate_to_19,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
