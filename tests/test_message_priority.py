@@ -91,8 +91,12 @@ def test_an_urgent_message_waits_for_the_ones_queued_before_it_in_its_actor(
         assert sent[-1].wait(timeout=30) == ["a", "b", "c", "d"]
         worker.testing.drain(timeout=30)
         assert worker.ref(Tally, "t").snapshot()["seen"] == ["a", "b", "c", "d", "e"]
+        # To an actor this process holds (the held actor's short path): still ranked.
+        held = worker.ref(Tally, "t").note.with_options(priority=7)
+        assert held.send(item="g").wait(timeout=30)[-1] == "g"
     assert count_rows(caller, "messages", "priority = 9") == 2
     assert count_rows(caller, "messages", "priority = 3") == 1
+    assert count_rows(caller, "messages", "priority = 7") == 1
 
 
 @pytest.mark.parametrize("bad", [-1, 10, True, 1.0, "1"])

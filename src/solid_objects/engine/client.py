@@ -84,17 +84,14 @@ def _queue_fields(options: CallOptions) -> _QueueFields:
 
 
 def _plain(options: CallOptions) -> bool:
-    """Whether an enqueue may take the shortcuts of a message with no key, no delay and
-    no priority (one statement, the held actor's two); else ``mailbox.enqueue``."""
+    """Whether an enqueue may take the shortcuts of a message with no key and no delay
+    (one statement, the held actor's two); else ``mailbox.enqueue``."""
     if options.coalesce_key is not None and options.delay > 0:
         raise InvalidArguments(
             "coalesce_key= replaces a message still queued: it cannot be combined with delay="
         )
     return (
-        options.idempotency_key is None
-        and options.delay <= 0
-        and options.priority == 0
-        and options.coalesce_key is None
+        options.idempotency_key is None and options.delay <= 0 and options.coalesce_key is None
     )
 
 
@@ -403,7 +400,9 @@ class Client:
 
         def body(tx: Tx) -> Enqueued:
             if held:  # the warm path: no claim to consider, two statements
-                message = self.store.mailbox.enqueue_to_held(tx, **fields)
+                message = self.store.mailbox.enqueue_to_held(
+                    tx, **fields, priority=options.priority
+                )
                 if message is not None:
                     faults.point("enqueue.body")
                     return Enqueued(message, existing=False, claimed=None)
@@ -428,6 +427,7 @@ class Client:
                     return self.store.mailbox.enqueue_in_one_statement(
                         tx,
                         **fields,
+                        priority=options.priority,
                         held=held,
                         claim_for=self.pool.owner if claim else None,
                         lease_ms=self.options.lease_ms,

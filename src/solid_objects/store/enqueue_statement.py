@@ -13,7 +13,7 @@ from .notices import NoticeKey
 #: The columns every enqueue writes to a new message, in the order of ``_insert_message``.
 MESSAGE_COLUMNS = (
     "id, actor_pk, actor_type, actor_id, seq, operation, arguments, idempotency_key, status, "
-    "available_at, attempts, created_at, traceparent, send_order, sender"
+    "available_at, attempts, created_at, traceparent, send_order, sender, priority"
 )
 
 
@@ -92,7 +92,7 @@ def enqueue_statement(*, claim: bool, limited: bool, notify: bool) -> str:
         + claimed
         + "), "
         f"m AS (INSERT INTO {{messages}} ({MESSAGE_COLUMNS}) SELECT :id, pk, :t, :i, seq, :op, "
-        ":args, NULL, 'queued', at_ms, 0, at_ms, :tp, NULL, :sender FROM u) "
+        ":args, NULL, 'queued', at_ms, 0, at_ms, :tp, NULL, :sender, :priority FROM u) "
         f"SELECT u.pk, u.seq, u.at_ms, {signed}, u.gen"
         + state
         + (wake if notify else "")

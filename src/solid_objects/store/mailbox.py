@@ -72,6 +72,7 @@ class MailboxStatements(StorePart):
         arguments: str,
         traceparent: str | None = None,
         max_length: int | None = None,
+        priority: int = 0,
     ) -> MessageRow | None:
         """Append to the mailbox of an actor this process already holds: two statements,
         or one where the ``INSERT`` can read the ``UPDATE``'s ``RETURNING`` (PostgreSQL).
@@ -91,11 +92,14 @@ class MailboxStatements(StorePart):
             "WHERE actor_type = :t AND actor_id = :i" + full + " RETURNING pk, next_seq - 1"
         )
         if self.dialect.writable_cte:  # the INSERT reads the RETURNING: one statement
-            params.update(id=message_id, op=operation, args=arguments, tp=traceparent)
+            params.update(
+                id=message_id, op=operation, args=arguments, tp=traceparent, priority=priority
+            )
             row = tx.row(
                 "WITH u AS (" + update + " AS seq, {now} AS at_ms), "
                 f"m AS (INSERT INTO {{messages}} ({MESSAGE_COLUMNS}) SELECT :id, pk, :t, :i, "
-                "seq, :op, :args, NULL, 'queued', at_ms, 0, at_ms, :tp, NULL, NULL FROM u) "
+                "seq, :op, :args, NULL, 'queued', at_ms, 0, at_ms, :tp, NULL, NULL, :priority "
+                "FROM u) "
                 "SELECT pk, seq, at_ms FROM u",
                 params,
             )
@@ -111,7 +115,7 @@ class MailboxStatements(StorePart):
         if self.dialect.writable_cte:
             message.created_at = now
         else:
-            self._insert_message(tx, message, now)
+            self._insert_message(tx, message, now, priority=priority)
         return message
 
     def enqueue_in_one_statement(
@@ -128,6 +132,7 @@ class MailboxStatements(StorePart):
         lease_ms: int,
         traceparent: str | None = None,
         max_length: int | None = None,
+        priority: int = 0,
     ) -> Enqueued | None:
         """An unkeyed message due now, enqueued by one statement that may be its own
         transaction (``Dialect.writable_cte``: PostgreSQL), so a lone enqueue costs one
@@ -152,6 +157,7 @@ class MailboxStatements(StorePart):
                 arguments=arguments,
                 traceparent=traceparent,
                 max_length=max_length,
+                priority=priority,
             )
             return None if message is None else Enqueued(message, existing=False, claimed=None)
         done = self._enqueue_creating(  # a new actor's row committed apart, first
@@ -166,6 +172,7 @@ class MailboxStatements(StorePart):
             traceparent=traceparent,
             max_length=max_length,
             sender=None,
+            priority=priority,
         )
         return done if isinstance(done, Enqueued) else None
 
@@ -337,8 +344,12 @@ class MailboxStatements(StorePart):
         ``INSERT`` of its row); anything else, or a full mailbox (the statement wrote
         nothing), takes the path below.
         """
-        plain = idempotency_key is None and priority == 0 and coalesce_key is None
-        if self.dialect.writable_cte and plain and delay_ms <= 0:
+        if (
+            self.dialect.writable_cte
+            and idempotency_key is None
+            and coalesce_key is None
+            and delay_ms <= 0
+        ):
             done = self._enqueue_creating(
                 tx,
                 message_id=message_id,
@@ -351,6 +362,7 @@ class MailboxStatements(StorePart):
                 traceparent=traceparent,
                 max_length=max_length,
                 sender=sender,
+                priority=priority,
             )
             if isinstance(done, Enqueued):
                 return done
@@ -490,6 +502,7 @@ class MailboxStatements(StorePart):
         traceparent: str | None,
         max_length: int | None,
         sender: str | None,
+        priority: int = 0,
     ) -> Enqueued | Literal["missing", "full"]:
         """:meth:`enqueue` in one round trip, or what kept it from writing anything: no
         actor row, or a full mailbox (:meth:`enqueue`'s own path then raises).
@@ -506,6 +519,7 @@ class MailboxStatements(StorePart):
             "args": arguments,
             "tp": traceparent,
             "sender": sender,
+            "priority": priority,
             "fields": message_fields(
                 message_id, actor_type, actor_id, operation, arguments, None, traceparent, sender
             ),
