@@ -35,9 +35,17 @@ def rows_of(rt: Runtime, actor_id: str) -> list[tuple[str, int, str, str | None,
 def test_a_burst_of_keyed_sends_runs_once_with_the_last_arguments(
     make_runtime: Callable[..., Runtime],
 ) -> None:
+    import prometheus_client  # the dev extra
+
+    from solid_objects.observability import PrometheusMetrics, observe
+
     caller = make_runtime(workers=0, actors=[Recompute])
+    registry = prometheus_client.CollectorRegistry()
+    observe(caller, PrometheusMetrics(registry))
     run = caller.ref(Recompute, "r").run.with_options(coalesce_key="recompute")
     sent = [run.send(n=n) for n in range(5)]
+    labels = {"actor_type": "Recompute", "operation": "run"}
+    assert registry.get_sample_value("solid_messages_replaced_total", labels) == 4
     rows = rows_of(caller, "r")
     assert [r[2] for r in rows] == ["replaced"] * 4 + ["queued"]
     # Each replaced message names the one that replaced it: the chain ends at the last.
@@ -93,10 +101,10 @@ def test_only_the_same_key_and_operation_are_replaced(
     ref.run.with_options(coalesce_key="a").send(n=1)
     ref.run.with_options(coalesce_key="b").send(n=2)
     ref.run.send(n=3)
-    ref.run.with_options(coalesce_key="a").send(n=4)
+    last = ref.run.with_options(coalesce_key="a").send(n=4)
     assert [r[2] for r in rows_of(caller, "o")] == ["replaced", "queued", "queued", "queued"]
     with make_runtime(actors=[Recompute]) as worker:
-        worker.testing.drain(timeout=30)
+        assert last.wait(timeout=30) == 4  # the last in the mailbox: all before it ran
         assert worker.ref(Recompute, "o").snapshot()["ran"] == [2, 3, 4]
 
 

@@ -14,7 +14,7 @@ from solid_objects.database import engine_for
 from solid_objects.errors import InvalidArguments, MessageFailed
 from tests.apps.queueing_app import Job
 from tests.apps.turnlimit_app import LOG_TABLE, create_log
-from tests.test_processes import STEP, Cluster, cluster
+from tests.test_processes import STEP, Cluster, cluster, wait_until
 
 from .conftest import count_rows
 
@@ -75,7 +75,13 @@ def test_an_urgent_message_waits_for_the_ones_queued_before_it_in_its_actor(
 ) -> None:
     """Priority never reorders one mailbox: a sender's messages run in the order sent,
     whatever their priorities, and so do messages of different senders."""
+    import prometheus_client  # the dev extra
+
+    from solid_objects.observability import PrometheusMetrics, observe
+
     caller = make_runtime(workers=0, actors=[Tally])
+    registry = prometheus_client.CollectorRegistry()
+    observe(caller, PrometheusMetrics(registry))
     tally = caller.ref(Tally, "t")
     sent = [
         tally.note.send(item="a"),
@@ -83,14 +89,20 @@ def test_an_urgent_message_waits_for_the_ones_queued_before_it_in_its_actor(
         tally.note.send(item="c"),
         tally.note.with_options(priority=3).send(item="d"),
     ]
-    caller.ref(Tally, "f").forward.send(to="t", item="e", priority=9)
+    forward = caller.ref(Tally, "f").forward.send(to="t", item="e", priority=9)
     caller.admin.set_policy(allow({"ops:*": "*"}))
     shown = caller.admin.as_principal("ops:test").inspect_actor("Tally", "t").queued
     assert [m.priority for m in shown] == [0, 9, 0, 3]
+    for rank, count in (("9", 1), ("3", 1), ("5", None)):
+        labels = {"actor_type": "Tally", "priority": rank}
+        assert registry.get_sample_value("solid_urgent_messages", labels) == count
     with make_runtime(actors=[Tally]) as worker:
         assert sent[-1].wait(timeout=30) == ["a", "b", "c", "d"]
-        worker.testing.drain(timeout=30)
-        assert worker.ref(Tally, "t").snapshot()["seen"] == ["a", "b", "c", "d", "e"]
+        forward.wait(timeout=30)  # its staged message is in t's mailbox, or ran
+        seen = wait_until(
+            lambda: (s := worker.ref(Tally, "t").snapshot()["seen"])[4:] and s, 30, "e to run"
+        )
+        assert seen == ["a", "b", "c", "d", "e"]
         # To an actor this process holds (the held actor's short path): still ranked.
         held = worker.ref(Tally, "t").note.with_options(priority=7)
         assert held.send(item="g").wait(timeout=30)[-1] == "g"

@@ -397,9 +397,10 @@ class MailboxStatements(StorePart):
             traceparent,
             sender,
         )
+        replaced = 0
         if coalesce_key is not None and delay_ms <= 0:
             live = owner is not None and int(expires) > now  # its worker may have the head
-            coalescing.replace_queued(
+            replaced = coalescing.replace_queued(
                 tx,
                 actor_pk=pk,
                 first_seq=int(done_seq) + (2 if live else 1),
@@ -461,7 +462,7 @@ class MailboxStatements(StorePart):
             else:
                 self.notify(tx, self._held_payload(message, str(owner), now) if held else "w")
         claimed = None if lease is None else self.load_claimed(tx, lease)
-        return Enqueued(message, existing=False, claimed=claimed)
+        return Enqueued(message, existing=False, claimed=claimed, replaced=replaced)
 
     def _held_payload(self, message: MessageRow, owner: str, now: int) -> str:
         """``m:`` carrying ``message`` to the lease's ``owner`` when it fits, else ``h:``."""

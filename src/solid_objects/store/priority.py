@@ -59,3 +59,13 @@ def ready_in_rank_order(
             seen.add(int(row[0]))
             ordered.append(row)
     return ordered[:limit]
+
+
+def urgent_queued(tx: Tx) -> dict[tuple[str, int], int]:
+    """Queued messages with a priority above 0, per (actor type, priority): the partial
+    index answers it."""
+    rows = tx.rows(
+        "SELECT actor_type, priority, COUNT(*) FROM {messages} "
+        "WHERE priority > 0 AND status = 'queued' GROUP BY actor_type, priority"
+    )
+    return {(str(r[0]), int(r[1])): int(r[2]) for r in rows}
