@@ -180,8 +180,8 @@ class Actor:
         """Stage a message to another actor: ``self.send_to(Mailer, "m").deliver(to=...)``.
 
         It is enqueued in the same commit as this turn's state, exactly once.
-        ``priority`` (0 to 9) ranks the target's claim while the message is queued,
-        as ``with_options(priority=...)`` does for a call.
+        ``priority`` (0 to 9) ranks the target's claim once the message is its next
+        one, as ``with_options(priority=...)`` does for a call.
         """
         return _Outbound(definition_of(cls), actor_id, delay, idempotency_key, priority)
 

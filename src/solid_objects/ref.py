@@ -59,11 +59,11 @@ class CallOptions:
     connection: Any = None
     #: ``@query`` and ``snapshot()`` may read a replica up to ``replica_max_lag`` behind.
     stale_ok: bool = False
-    #: 0 (plain) to 9: an actor with a queued message of a higher priority is claimed
+    #: 0 (plain) to 9: an actor whose next message has a higher priority is claimed
     #: first; the mailbox of one actor keeps its order (docs/actors.md).
     priority: int = 0
-    #: A queued message of the actor with this key and operation is replaced by this
-    #: one (a debounce) while no worker holds the actor (docs/actors.md).
+    #: The queued messages of the actor with this key and operation that no worker may
+    #: have read are replaced by this one (a debounce; docs/actors.md).
     coalesce_key: str | None = None
 
     def merge(
@@ -203,10 +203,10 @@ class _Handle(Generic[RefT]):
     ) -> Self:
         """Per-call options; ``connection=`` makes ``send()`` enqueue in that transaction,
         ``stale_ok=True`` lets a ``@query`` read the replica (``replica_url``),
-        ``priority=`` (0 to 9) has the actor claimed before actors with only plainer
-        messages queued, ``coalesce_key=`` replaces a still-queued message of the
-        actor with the same key and operation (docs/actors.md, "Priority and
-        coalescing")."""
+        ``priority=`` (0 to 9), once the message is its actor's next one, has the actor
+        claimed before actors whose next message is plainer, ``coalesce_key=``
+        replaces the still-queued messages of the actor with the same key and
+        operation (docs/actors.md, "Priority and coalescing")."""
         return type(self)(
             self._ref,
             self._operation,

@@ -163,7 +163,7 @@ class MailboxMessage:
     created_at: datetime | None
     #: The last failed attempt's formatted traceback (bounded, redacted).
     traceback: str | None = None
-    #: 0 (plain) to 9: the claim rank it gives its actor while queued.
+    #: 0 (plain) to 9: the claim rank it gives its actor as the head (next to run).
     priority: int = 0
     #: Its coalesce key, and for a ``replaced`` one the message that replaced it.
     coalesce_key: str | None = None

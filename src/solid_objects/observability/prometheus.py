@@ -304,7 +304,8 @@ class _RuntimeCollector(Collector):
                 families[name] = GaugeMetricFamily(f"{ns}_{name}", text, labels=["actor_type"])
             families["urgent_messages"] = GaugeMetricFamily(
                 f"{ns}_urgent_messages",
-                "Queued messages with a priority above 0 (their actors are claimed first).",
+                "Queued messages with a priority above 0 (at the head, their actor is claimed "
+                "first).",
                 labels=["actor_type", "priority"],
             )
             families["unhandled_effects"] = GaugeMetricFamily(

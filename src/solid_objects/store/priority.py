@@ -1,16 +1,17 @@
 """SQL of message priority: which ready actors are claimed first.
 
-An actor's *claim rank* is the highest ``priority`` among its queued messages (0 when
-it has none above 0). :func:`ready_in_rank_order` reads the ready actors with a rank
-above 0 first, highest rank first, then the others by ``ready_at`` as before, in one
-statement: the urgent half is served by the partial index ``messages_urgent`` (only
-messages with a priority above 0 have an entry), so a database with no urgent message
-pays one empty index probe per poll round.
+An actor's *claim rank* is the priority of its head message (the next one to run,
+``done_seq + 1``), 0 for a plain one. :func:`ready_in_rank_order` reads the ready
+actors whose head has a rank above 0 first, highest rank first, then the others by
+``ready_at`` as before, in one statement. The ranked half starts from the partial
+index ``messages_urgent`` (only messages with a priority above 0 have an entry) and
+looks each one's actor up by primary key (``CROSS JOIN`` keeps SQLite's planner, which
+has no statistics, in that order), so a database with no urgent message pays one
+empty index probe per poll round.
 
 Inside one actor nothing is reordered: the mailbox stays a strict sequence, so an
-urgent message waits for the messages queued before it in its own actor, and it makes
-the whole actor (those messages included) be claimed before actors with no urgent
-message (docs/actors.md, "Priority and coalescing").
+urgent message waits for the messages queued before it in its own actor, and it ranks
+its actor once it is the head (docs/actors.md, "Priority and coalescing").
 """
 
 from __future__ import annotations
@@ -20,27 +21,24 @@ from typing import Any
 
 from .dialect import Tx
 
-#: The lowest and highest priority a message may carry; 0 is every plain message's.
-LOWEST, HIGHEST = 0, 9
-
-#: The urgent messages still queued, per actor: its rank.
-_RANKS = (
-    "SELECT actor_pk, MAX(priority) AS rank_ FROM {messages} "
-    "WHERE priority > 0 AND status = 'queued' GROUP BY actor_pk"
+#: Queued messages with a priority above 0: the partial index ``messages_urgent``.
+_URGENT = (
+    "SELECT actor_pk AS head_pk, seq AS head_seq, priority AS rank_ FROM {messages} "
+    "WHERE priority > 0 AND status = 'queued'"
 )
 
 
 def ready_in_rank_order(
     tx: Tx, columns: str, where: str, params: dict[str, Any], limit: int
 ) -> list[Sequence[Any]]:
-    """Up to ``limit`` rows of ``columns`` of the actors matching ``where``: those with
-    a claim rank above 0 first (highest first, then by ``ready_at``), then the rest
+    """Up to ``limit`` rows of ``columns`` of the actors matching ``where``: those whose
+    head has a rank above 0 first (highest first, then by ``ready_at``), then the rest
     by ``ready_at``. ``columns`` are the actors table's; its primary key comes first.
     Each row ends with the actor's ``ready_at`` and its rank, after ``columns``."""
     urgent = (
-        f"SELECT {columns}, ready_at AS ready_, r.rank_ AS rank_ FROM {{actors}} "
-        f"JOIN ({_RANKS}) r ON r.actor_pk = pk WHERE {where} "
-        "ORDER BY r.rank_ DESC, ready_at LIMIT :urgent_limit"
+        f"SELECT {columns}, ready_at AS ready_, h.rank_ AS rank_ FROM ({_URGENT}) h "
+        f"CROSS JOIN {{actors}} WHERE pk = h.head_pk AND done_seq + 1 = h.head_seq "
+        f"AND {where} ORDER BY h.rank_ DESC, ready_at LIMIT :urgent_limit"
     )
     plain = (
         f"SELECT {columns}, ready_at AS ready_, 0 AS rank_ FROM {{actors}} WHERE {where} "

@@ -126,7 +126,7 @@ def build_metadata(prefix: str) -> MetaData:
         Column("sender", Text, nullable=True),
         # The formatted traceback of the last failed attempt (schema 12), bounded, redacted.
         Column("traceback", _big_text(), nullable=True),
-        # Claim rank of its actor while it is queued, 0 (plain) to 9 (schema 19,
+        # The claim rank it gives its actor as the head, 0 (plain) to 9 (schema 19,
         # store/priority.py); a queued one with a coalesce key may be replaced by a
         # later send with the same key, named in replaced_by (status ``replaced``).
         Column("priority", SmallInteger, nullable=False, server_default="0"),
