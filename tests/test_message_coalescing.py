@@ -3,7 +3,10 @@ key and operation, never one a worker may have read (all databases)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -12,7 +15,15 @@ from solid_objects import Runtime
 from solid_objects.admin import allow
 from solid_objects.errors import IdempotencyConflict, InvalidActorId, InvalidArguments
 from tests.apps.queueing_app import Recompute
-from tests.test_processes import STEP, Cluster, cluster
+from tests.test_processes import (
+    LEASE_LOST,
+    STEP,
+    Cluster,
+    cluster,
+    poll_for,
+    stop_outside_write_lock,
+    wait_until,
+)
 
 from .conftest import count_rows
 
@@ -179,3 +190,44 @@ def test_concurrent_keyed_senders_and_a_running_worker(cluster: Cluster) -> None
     assert [numbers[r[0]] for r in ran_rows] == ran  # each once, in mailbox order
     assert ran[-1] == numbers[rows[-1][0]]  # the last enqueued ran, last
     assert set(got) <= set(ran)
+
+
+def lease_of(rt: Runtime, actor_id: str) -> tuple[str | None, bool]:
+    """(lease owner, whether the lease is live) of the actor's row."""
+    with rt.store.read() as tx:
+        row = tx.row(
+            "SELECT lease_owner, CASE WHEN lease_expires_at > {now} THEN 1 ELSE 0 END "
+            "FROM {actors} WHERE actor_id = :i",
+            {"i": actor_id},
+        )
+    return (None, False) if row is None else (row[0], bool(row[1]))
+
+
+@pytest.mark.slow
+def test_a_head_whose_worker_stalled_past_its_lease_is_replaced_and_never_commits(
+    cluster: Cluster,
+) -> None:
+    """A worker process runs a keyed head (a 3 s turn) and is SIGSTOPped past its
+    lease: with no live lease the next keyed send replaces the head. Continued, the
+    worker finishes that turn but its commit is refused; the replacement runs, alone,
+    and both senders get its outcome."""
+    rt = cluster.caller()
+    (worker,) = cluster.start_workers(
+        1, app="tests.apps.queueing_app:runtime", workers=1, lease_duration=1.0
+    ).values()
+    run = rt.ref(Recompute, "s").run.with_options(coalesce_key="k")
+    first = run.send(n=0, ms=3000)
+    wait_until(lambda: lease_of(rt, "s")[1], STEP, "the worker to claim the actor")
+    time.sleep(0.3)  # inside the turn
+    stop_outside_write_lock(worker, cluster)
+    try:
+        wait_until(lambda: not lease_of(rt, "s")[1], STEP, "the stopped worker's lease to expire")
+        second = run.send(n=1)
+        assert first.status() == "replaced"
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+    assert second.wait(timeout=STEP) == 1
+    assert first.wait(timeout=STEP) == 1
+    assert rt.ref(Recompute, "s").snapshot()["ran"] == [1]
+    assert [r[2] for r in rows_of(rt, "s")] == ["replaced", "completed"]
+    assert poll_for(lambda: LEASE_LOST.search(worker.stderr()), STEP), worker.stderr()
