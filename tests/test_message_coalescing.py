@@ -30,6 +30,23 @@ from .conftest import count_rows
 __all__ = ["cluster"]
 
 
+def dashboard_page(rt: Runtime, path: str) -> str:
+    """The dashboard's page at ``path``, for an operator (the policy must allow ops:)."""
+    import warnings
+
+    from solid_objects.web import dashboard
+
+    with warnings.catch_warnings():  # Starlette 1.x prefers httpx2; httpx works the same
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+    app = dashboard(rt, principal=lambda request: "ops:test")
+    with TestClient(app) as client:
+        response = client.get(path)
+    assert response.status_code == 200, response.text
+    return response.text
+
+
 def rows_of(rt: Runtime, actor_id: str) -> list[tuple[str, int, str, str | None, str | None]]:
     """(id, seq, status, replaced_by, arguments) of the actor's messages, by seq."""
     with rt.store.read() as tx:
@@ -67,6 +84,8 @@ def test_a_burst_of_keyed_sends_runs_once_with_the_last_arguments(
     assert [(m.status, m.coalesce_key, m.replaced_by) for m in shown] == [
         ("replaced", "recompute", m.id) for m in sent[1:]
     ] + [("queued", "recompute", None)]
+    page = dashboard_page(caller, "/actors/Recompute/r")
+    assert f"replaced by <code>{sent[1].id}</code>" in page
     with make_runtime(actors=[Recompute]) as worker:
         # Every sender gets the outcome of the message that ran: the last arguments.
         assert [m.wait(timeout=30) for m in sent] == [4] * 5

@@ -14,6 +14,7 @@ from solid_objects.database import engine_for
 from solid_objects.errors import InvalidArguments, MessageFailed
 from tests.apps.queueing_app import Job
 from tests.apps.turnlimit_app import LOG_TABLE, create_log
+from tests.test_message_coalescing import dashboard_page
 from tests.test_processes import STEP, Cluster, cluster, wait_until
 
 from .conftest import count_rows
@@ -93,6 +94,7 @@ def test_an_urgent_message_waits_for_the_ones_queued_before_it_in_its_actor(
     caller.admin.set_policy(allow({"ops:*": "*"}))
     shown = caller.admin.as_principal("ops:test").inspect_actor("Tally", "t").queued
     assert [m.priority for m in shown] == [0, 9, 0, 3]
+    assert "(priority 9)" in dashboard_page(caller, "/actors/Tally/t")
     for rank, count in (("9", 1), ("3", 1), ("5", None)):
         labels = {"actor_type": "Tally", "priority": rank}
         assert registry.get_sample_value("solid_urgent_messages", labels) == count
