@@ -13,7 +13,12 @@ import pytest
 
 from solid_objects import Runtime
 from solid_objects.admin import allow
-from solid_objects.errors import IdempotencyConflict, InvalidActorId, InvalidArguments
+from solid_objects.errors import (
+    ActorDestroyed,
+    IdempotencyConflict,
+    InvalidActorId,
+    InvalidArguments,
+)
 from tests.apps.queueing_app import Recompute
 from tests.test_processes import (
     LEASE_LOST,
@@ -155,6 +160,22 @@ def test_a_keyed_send_with_a_used_idempotency_key_is_the_earlier_message(
     with make_runtime(actors=[Recompute]) as worker:
         assert again.wait(timeout=30) == 2 == later.wait(timeout=30)
         assert worker.ref(Recompute, "i").snapshot()["ran"] == [2]
+
+
+def test_destroying_an_actor_ends_its_replaced_messages_too(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    """Both senders learn the actor was destroyed (the replacement was), and no
+    replaced row is left unfinished for retention to skip forever."""
+    caller = make_runtime(workers=0, actors=[Recompute])
+    ref = caller.ref(Recompute, "d")
+    sent = [ref.run.with_options(coalesce_key="k").send(n=n) for n in range(2)]
+    assert ref.destroy() is True
+    for m in sent:
+        with pytest.raises(ActorDestroyed):
+            m.result()
+    assert [r[2] for r in rows_of(caller, "d")] == ["replaced", "destroyed"]
+    assert count_rows(caller, "messages", "completed_at IS NULL") == 0
 
 
 @pytest.mark.parametrize(

@@ -56,3 +56,13 @@ def final_message(tx: Tx, message: MessageRow) -> MessageRow | None:
             return None
         message, hops = message_row(row), hops + 1
     return message
+
+
+def passed_at_destroy(tx: Tx, actor_pk: int) -> None:
+    """The incarnation ends with messages no worker passed yet (replaced or cancelled
+    while queued): they are finished now, so retention prunes them like the rest."""
+    tx.run(
+        "UPDATE {messages} SET completed_at = {now} WHERE actor_pk = :pk "
+        "AND status IN ('replaced', 'cancelled') AND completed_at IS NULL",
+        {"pk": actor_pk},
+    )
