@@ -162,6 +162,33 @@ def test_a_keyed_send_with_a_used_idempotency_key_is_the_earlier_message(
         assert worker.ref(Recompute, "i").snapshot()["ran"] == [2]
 
 
+def test_a_keyed_send_in_an_application_transaction_replaces_only_once_it_commits(
+    make_runtime: Callable[..., Runtime], db_url: str
+) -> None:
+    """``connection=``: the replacement is a write of the application's transaction,
+    so a rollback leaves the earlier message queued, and a commit replaces it."""
+    from sqlalchemy import create_engine
+
+    caller = make_runtime(workers=0, actors=[Recompute])
+    run = caller.ref(Recompute, "a").run
+    first = run.with_options(coalesce_key="k").send(n=1)
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            run.with_options(coalesce_key="k", connection=conn).send(n=2)
+            conn.rollback()
+        assert [r[2] for r in rows_of(caller, "a")] == ["queued"]
+        with engine.connect() as conn:
+            run.with_options(coalesce_key="k", connection=conn).send(n=3)
+            conn.commit()
+    finally:
+        engine.dispose()
+    assert [r[2] for r in rows_of(caller, "a")] == ["replaced", "queued"]
+    with make_runtime(actors=[Recompute]) as worker:
+        assert first.wait(timeout=30) == 3
+        assert worker.ref(Recompute, "a").snapshot()["ran"] == [3]
+
+
 def test_destroying_an_actor_ends_its_replaced_messages_too(
     make_runtime: Callable[..., Runtime],
 ) -> None:
