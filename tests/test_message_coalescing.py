@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from solid_objects import Runtime
+from solid_objects import Actor, Runtime
 from solid_objects.admin import allow
 from solid_objects.errors import (
     ActorDestroyed,
@@ -187,6 +187,28 @@ def test_a_keyed_send_in_an_application_transaction_replaces_only_once_it_commit
     with make_runtime(actors=[Recompute]) as worker:
         assert first.wait(timeout=30) == 3
         assert worker.ref(Recompute, "a").snapshot()["ran"] == [3]
+
+
+class JournaledRecompute(Actor, auto_register=False):
+    journaled = True
+    ran: list[int] = []
+
+    def run(self, n: int) -> int:
+        self.ran.append(n)
+        return n
+
+
+def test_the_journal_records_a_replaced_message_as_replaced(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    caller = make_runtime(workers=0, actors=[JournaledRecompute])
+    run = caller.ref(JournaledRecompute, "j").run.with_options(coalesce_key="k")
+    first, last = run.send(n=1), run.send(n=2)
+    with make_runtime(actors=[JournaledRecompute]):
+        assert last.wait(timeout=30) == 2 == first.wait(timeout=30)
+    with caller.store.read() as tx:
+        journal = tx.rows("SELECT message_id, status FROM solid_journal ORDER BY seq")
+    assert [tuple(r) for r in journal] == [(first.id, "replaced"), (last.id, "completed")]
 
 
 def test_destroying_an_actor_ends_its_replaced_messages_too(
