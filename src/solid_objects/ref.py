@@ -211,14 +211,8 @@ class _Handle(Generic[RefT]):
             self._ref,
             self._operation,
             self._options.merge(
-                idempotency_key,
-                timeout,
-                delay,
-                authorization,
-                connection,
-                stale_ok,
-                priority,
-                coalesce_key,
+                idempotency_key, timeout, delay, authorization, connection, stale_ok,
+                priority, coalesce_key,
             ),
         )
 

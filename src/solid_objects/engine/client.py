@@ -38,6 +38,7 @@ from ..store import Enqueued, Store, Tx
 from ..store.store import new_id
 from . import calls, external
 from .access import Access
+from .enqueue_options import plain_enqueue, queue_fields
 from .messages import InFlight, SentMessages
 from .outcomes import Outcome, Waiters
 from .snapshots import check_include, derived_values
@@ -62,37 +63,6 @@ class _MessageFields(TypedDict):
     traceparent: str | None
     #: The runtime's ``max_mailbox_length`` (None: unbounded).
     max_length: int | None
-
-
-class _QueueFields(TypedDict):
-    """What a caller's options add to an enqueue that may wait or be deduplicated."""
-
-    idempotency_key: str | None
-    delay_ms: int
-    priority: int
-    coalesce_key: str | None
-
-
-def _queue_fields(options: CallOptions) -> _QueueFields:
-    """The options' part of an enqueue, converted the one way the store takes it."""
-    return _QueueFields(
-        idempotency_key=options.idempotency_key,
-        delay_ms=int(options.delay * 1000),
-        priority=options.priority,
-        coalesce_key=options.coalesce_key,
-    )
-
-
-def _plain(options: CallOptions) -> bool:
-    """Whether an enqueue may take the shortcuts of a message with no key and no delay
-    (one statement, the held actor's two); else ``mailbox.enqueue``."""
-    if options.coalesce_key is not None and options.delay > 0:
-        raise InvalidArguments(
-            "coalesce_key= replaces a message still queued: it cannot be combined with delay="
-        )
-    return (
-        options.idempotency_key is None and options.delay <= 0 and options.coalesce_key is None
-    )
 
 
 class Client:
@@ -314,7 +284,7 @@ class Client:
         arguments: str,
     ) -> str:
         """Enqueue in the application's transaction; wake workers after its commit."""
-        _plain(options)  # refuses what cannot be combined, before anything is written
+        plain_enqueue(options)  # refuses what cannot be combined, before anything is written
         joined = external.resolve(options.connection)
         self.ensure_schema()
         observed = self.pool.instrument.enqueue(definition.actor_type, operation.name, message_id)
@@ -329,7 +299,7 @@ class Client:
                         **self._message_fields(
                             definition, actor_id, operation, message_id, arguments
                         ),
-                        **_queue_fields(options),
+                        **queue_fields(options),
                     ),
                     options,
                 )
@@ -378,7 +348,7 @@ class Client:
         observed: Callable[[Future[Any]], None] | None = None,
     ) -> Future[Enqueued]:
         """Enqueue arguments already encoded and authorized."""
-        plain = _plain(options)
+        plain = plain_enqueue(options)
         self.ensure_schema()
         # A type with a turn limit is claimed by the poller alone, under its type lock.
         claim = (
@@ -409,7 +379,7 @@ class Client:
             enqueued = self.store.mailbox.enqueue(
                 tx,
                 **fields,
-                **_queue_fields(options),
+                **queue_fields(options),
                 claim_for=self.pool.owner if claim else None,
                 lease_ms=self.options.lease_ms,
             )
