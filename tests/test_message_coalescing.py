@@ -3,6 +3,7 @@ key and operation, never one a worker may have read (all databases)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -11,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from solid_objects import Actor, Runtime
+from solid_objects import Actor, AsyncRuntime, Runtime
 from solid_objects.admin import allow
 from solid_objects.errors import (
     ActorDestroyed,
@@ -187,6 +188,26 @@ def test_a_keyed_send_in_an_application_transaction_replaces_only_once_it_commit
     with make_runtime(actors=[Recompute]) as worker:
         assert first.wait(timeout=30) == 3
         assert worker.ref(Recompute, "a").snapshot()["ran"] == [3]
+
+
+def test_the_async_face_sends_with_priority_and_coalesces(db_url: str) -> None:
+    async def scenario() -> None:
+        rt = AsyncRuntime(db_url, workers=0, actors=[Recompute])
+        await rt.install()
+        try:
+            run = rt.ref(Recompute, "async").run
+            first = await run.with_options(coalesce_key="k", priority=4).send(n=1)
+            second = await run.with_options(coalesce_key="k").send(n=2)
+            assert await first.status() == "replaced"
+            assert await second.status() == "queued"
+        finally:
+            await rt.close()
+
+    asyncio.run(scenario())
+    with Runtime(db_url, workers=2, actors=[Recompute]) as worker:
+        with worker.store.read() as tx:
+            first_id = tx.scalar("SELECT id FROM {messages} WHERE priority = 4")
+        assert worker.message(Recompute, str(first_id)).wait(timeout=30) == 2
 
 
 class JournaledRecompute(Actor, auto_register=False):
