@@ -176,12 +176,15 @@ class Actor:
         *,
         delay: timedelta | float | None = None,
         idempotency_key: str | None = None,
+        priority: int = 0,
     ) -> _Outbound[T]:
         """Stage a message to another actor: ``self.send_to(Mailer, "m").deliver(to=...)``.
 
         It is enqueued in the same commit as this turn's state, exactly once.
+        ``priority`` (0 to 9) ranks the target's claim once the message is its next
+        one, as ``with_options(priority=...)`` does for a call.
         """
-        return _Outbound(definition_of(cls), actor_id, delay, idempotency_key)
+        return _Outbound(definition_of(cls), actor_id, delay, idempotency_key, priority)
 
     def request(
         self,
@@ -248,11 +251,13 @@ class _Outbound(Generic[T]):
         actor_id: str,
         delay: timedelta | float | None,
         idempotency_key: str | None,
+        priority: int = 0,
     ) -> None:
         self._target = target
         self._actor_id = actor_id
         self._delay = delay
         self._key = idempotency_key
+        self._priority = priority
 
     def call(
         self, method: Callable[Concatenate[T, P], object], /, *args: P.args, **kwargs: P.kwargs
@@ -273,6 +278,7 @@ class _Outbound(Generic[T]):
             kwargs,
             delay=self._delay,
             idempotency_key=self._key,
+            priority=self._priority,
         )
 
     def __getattr__(self, operation: str) -> Callable[..., None]:

@@ -135,6 +135,19 @@ def decode_json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+#: Message priorities: 0 (every plain message) to 9 (most urgent); see docs/actors.md.
+PRIORITY_RANGE = range(0, 10)
+
+
+def check_priority(value: object) -> int:
+    """Validate a message priority: an int from 0 (plain) to 9 (most urgent)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArguments(f"priority must be an int from 0 to 9, not {value!r}")
+    if value not in PRIORITY_RANGE:
+        raise InvalidArguments(f"priority must be from 0 (plain) to 9 (most urgent), not {value}")
+    return value
+
+
 def check_identifier(value: object, *, what: str = "actor id") -> str:
     """Validate an actor id or idempotency key: a non-empty, printable string."""
     if not isinstance(value, str):

@@ -26,13 +26,12 @@ from typing import (
 
 from . import staging
 from .authorization import Untrusted
-from .codec import MAX_DELAY_SECONDS, check_identifier
+from .codec import MAX_DELAY_SECONDS, check_identifier, check_priority
 from .definition import ActorDefinition, Operation, operation_of
 from .definition import resolve_operation as resolve_operation
 from .errors import InvalidArguments
 
 if TYPE_CHECKING:
-
     # Named in the faces' quoted base classes (``_Message["Runtime"]``), which ruff cannot see.
     from .runtime import AsyncRuntime, Runtime  # noqa: F401
 
@@ -60,6 +59,12 @@ class CallOptions:
     connection: Any = None
     #: ``@query`` and ``snapshot()`` may read a replica up to ``replica_max_lag`` behind.
     stale_ok: bool = False
+    #: 0 (plain) to 9: an actor whose next message has a higher priority is claimed
+    #: first; the mailbox of one actor keeps its order (docs/actors.md).
+    priority: int = 0
+    #: The queued messages of the actor with this key and operation that no worker may
+    #: have read are replaced by this one (a debounce; docs/actors.md).
+    coalesce_key: str | None = None
 
     def merge(
         self,
@@ -69,9 +74,15 @@ class CallOptions:
         authorization: Any = None,
         connection: Any = None,
         stale_ok: bool | None = None,
+        priority: int | None = None,
+        coalesce_key: str | None = None,
     ) -> CallOptions:
         """These options with the given ones laid over them (None keeps the current value)."""
         changes: dict[str, Any] = {}
+        if priority is not None:
+            changes["priority"] = check_priority(priority)
+        if coalesce_key is not None:
+            changes["coalesce_key"] = check_identifier(coalesce_key, what="coalesce key")
         if stale_ok is not None:
             changes["stale_ok"] = bool(stale_ok)
         if authorization is not None:
@@ -192,14 +203,21 @@ class _Handle(Generic[RefT]):
         authorization: Any = None,
         connection: Any = None,
         stale_ok: bool | None = None,
+        priority: int | None = None,
+        coalesce_key: str | None = None,
     ) -> Self:
         """Per-call options; ``connection=`` makes ``send()`` enqueue in that transaction,
-        ``stale_ok=True`` lets a ``@query`` read the replica (``replica_url``)."""
+        ``stale_ok=True`` lets a ``@query`` read the replica (``replica_url``),
+        ``priority=`` (0 to 9), once the message is its actor's next one, has the actor
+        claimed before actors whose next message is plainer, ``coalesce_key=``
+        replaces the still-queued messages of the actor with the same key and
+        operation (docs/actors.md, "Priority and coalescing")."""
         return type(self)(
             self._ref,
             self._operation,
             self._options.merge(
-                idempotency_key, timeout, delay, authorization, connection, stale_ok
+                idempotency_key, timeout, delay, authorization, connection, stale_ok,
+                priority, coalesce_key,
             ),
         )
 

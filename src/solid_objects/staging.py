@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .codec import MAX_DELAY_SECONDS, check_identifier, encode_json
+from .codec import MAX_DELAY_SECONDS, check_identifier, check_priority, encode_json
 from .errors import (
     CallInsideTurn,
     InvalidArguments,
@@ -316,8 +316,10 @@ def send_to(
     *,
     delay: timedelta | float | None,
     idempotency_key: str | None,
+    priority: int = 0,
 ) -> None:
     staged = current()
+    check_priority(priority)
     check_identifier(actor_id)
     op = target.operation(operation)
     if op is None or op.is_query:
@@ -337,6 +339,7 @@ def send_to(
             if idempotency_key is None
             else check_identifier(idempotency_key, what="idempotency key"),
             delay_ms=0 if delay is None else _milliseconds(delay, "delay"),
+            priority=priority,
         )
     )
 

@@ -54,6 +54,8 @@ class StagedMessage:
     #: A request's reply route (:func:`reply_route`): the outcome of this message goes
     #: back to the sender's ``reply_to`` operation.
     reply: str | None = None
+    #: 0 (plain) to 9: the claim rank it gives its actor as the head (next to run).
+    priority: int = 0
 
 
 def reply_key(request_id: str) -> str:

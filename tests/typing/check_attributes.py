@@ -75,6 +75,7 @@ class AttrCart(Actor):
     def checkout(self) -> None:
         self.send_to(AttrMailer, "m").deliver(to="a@example.com")
         self.send_to(AttrMailer, "m", delay=5).deliver("a@example.com", template="x")
+        self.send_to(AttrMailer, "m", priority=5).deliver(to="a@example.com")
         self.schedule(delay=timedelta(days=1)).remind(note="come back")
         self.schedule(every=60, key="k").clear()
         self.schedule(cron="0 9 * * MON", timezone="Europe/Paris").remind("weekly")
@@ -121,6 +122,9 @@ def sync_refs(runtime: Runtime) -> None:
     assert_type(ref.add_later.send(sku="x").result(), int)
     assert_type(ref.add.with_options(idempotency_key="k").send(sku="x"), MessageReference[int])
     assert_type(ref.add.with_options(timeout=5)(sku="x"), int)
+    assert_type(
+        ref.add.with_options(priority=9, coalesce_key="k").send(sku="x"), MessageReference[int]
+    )
     assert_type(ref.with_options(timeout=5).add(sku="x"), int)
     assert_type(ref.size.with_options(authorization="u")(), int)
     assert_type(ref.actor_id, str)  # the ref's own attributes are untouched
@@ -135,6 +139,7 @@ async def async_refs(runtime: AsyncRuntime) -> None:
     assert_type(await ref.add.send(sku="x"), AsyncMessageReference[int])
     assert_type(await (await ref.add.send(sku="x")).wait(), int)
     assert_type(await ref.add.with_options(idempotency_key="k")(sku="x"), int)
+    assert_type(await ref.add.with_options(priority=1)(sku="x"), int)
     assert_type(await ref.with_options(timeout=5).add(sku="x"), int)
 
 

@@ -166,6 +166,11 @@ class MailboxMessage:
     created_at: datetime | None
     #: The last failed attempt's formatted traceback (bounded, redacted).
     traceback: str | None = None
+    #: 0 (plain) to 9: the claim rank it gives its actor as the head (next to run).
+    priority: int = 0
+    #: Its coalesce key, and for a ``replaced`` one the message that replaced it.
+    coalesce_key: str | None = None
+    replaced_by: str | None = None
 
     @classmethod
     def of(cls, row: MailboxRow) -> MailboxMessage:
@@ -182,6 +187,9 @@ class MailboxMessage:
             available_at=datetime_of(row.available_at),
             created_at=datetime_of(row.created_at),
             traceback=row.traceback,
+            priority=row.priority,
+            coalesce_key=row.coalesce_key,
+            replaced_by=row.replaced_by,
         )
 
 

@@ -189,13 +189,16 @@ def inspect(target: str, actor_type: str, actor_id: str, limit: int, as_json: bo
     click.echo(f"mailbox: {a.queued_total} queued (done through seq {a.done_seq})")
     if a.queued:
         print_table(
-            ["SEQ", "MESSAGE", "OPERATION", "ARGUMENTS", "ATTEMPTS", "LAST ERROR"],
+            ["SEQ", "MESSAGE", "OPERATION", "ARGUMENTS", "PRIORITY", "STATUS", "ATTEMPTS",
+             "LAST ERROR"],
             [
                 [
                     m.seq,
                     m.id,
                     m.operation,
                     short(m.arguments, 40),
+                    m.priority,
+                    m.status if m.replaced_by is None else f"replaced by {m.replaced_by}",
                     m.attempts,
                     error_text(m.error) if m.error else "-",
                 ]

@@ -54,7 +54,7 @@ class Capability:
     def missing(self, act: Activation, message: MessageRow) -> str | None:
         """What this code lacks to run ``message`` on ``act`` (``Cart.checkout``,
         ``state version 2 of Cart``), or None when it can run it."""
-        if message.status == "cancelled":  # finished without running: any code can
+        if message.status in ("cancelled", "replaced"):  # finished unrun: any code can
             return None
         try:
             definition = self.registry.get(act.actor_type)

@@ -8,6 +8,7 @@ how a caller waits for an outcome (and what a timed-out call says) is :mod:`.wai
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -33,6 +34,7 @@ from ..store import Enqueued, Store, Tx
 from ..store.store import new_id
 from . import calls, external
 from .access import Access
+from .enqueue_options import plain_enqueue, queue_fields
 from .messages import InFlight, SentMessages
 from .outcomes import Outcome, Waiters
 from .reads import CommittedReads
@@ -57,18 +59,6 @@ class _MessageFields(TypedDict):
     traceparent: str | None
     #: The runtime's ``max_mailbox_length`` (None: unbounded).
     max_length: int | None
-
-
-class _QueueFields(TypedDict):
-    """What a caller's options add to an enqueue that may wait or be deduplicated."""
-
-    idempotency_key: str | None
-    delay_ms: int
-
-
-def _queue_fields(options: CallOptions) -> _QueueFields:
-    """The options' part of an enqueue, converted the one way the store takes it."""
-    return _QueueFields(idempotency_key=options.idempotency_key, delay_ms=int(options.delay * 1000))
 
 
 class Client:
@@ -291,6 +281,7 @@ class Client:
         arguments: str,
     ) -> str:
         """Enqueue in the application's transaction; wake workers after its commit."""
+        plain_enqueue(options)  # refuses what cannot be combined, before anything is written
         joined = external.resolve(options.connection)
         self.ensure_schema()
         observed = self.pool.instrument.enqueue(definition.actor_type, operation.name, message_id)
@@ -305,7 +296,7 @@ class Client:
                         **self._message_fields(
                             definition, actor_id, operation, message_id, arguments
                         ),
-                        **_queue_fields(options),
+                        **queue_fields(options),
                     ),
                     options,
                 )
@@ -354,6 +345,7 @@ class Client:
         observed: Callable[[Future[Any]], None] | None = None,
     ) -> Future[Enqueued]:
         """Enqueue arguments already encoded and authorized."""
+        plain = plain_enqueue(options)
         self.ensure_schema()
         # A type with a turn limit is claimed by the poller alone, under its type lock.
         claim = (
@@ -362,8 +354,7 @@ class Client:
 
         # An actor this process holds: no claim to consider (two statements).
         held = (
-            options.idempotency_key is None
-            and options.delay <= 0
+            plain
             and self.store.dialect.update_returning
             and self.pool.table.holds_identity(definition.actor_type, actor_id)
         )
@@ -376,14 +367,16 @@ class Client:
 
         def body(tx: Tx) -> Enqueued:
             if held:  # the warm path: no claim to consider, two statements
-                message = self.store.mailbox.enqueue_to_held(tx, **fields)
+                message = self.store.mailbox.enqueue_to_held(
+                    tx, **fields, priority=options.priority
+                )
                 if message is not None:
                     faults.point("enqueue.body")
                     return Enqueued(message, existing=False, claimed=None)
             enqueued = self.store.mailbox.enqueue(
                 tx,
                 **fields,
-                **_queue_fields(options),
+                **queue_fields(options),
                 claim_for=self.pool.owner if claim else None,
                 lease_ms=self.options.lease_ms,
             )
@@ -391,7 +384,7 @@ class Client:
             return enqueued
 
         one_statement = None
-        if self.store.dialect.writable_cte and options.idempotency_key is None:
+        if self.store.dialect.writable_cte and plain:
             if options.delay <= 0:
 
                 def one_statement(tx: Tx) -> Enqueued | None:
@@ -401,6 +394,7 @@ class Client:
                     return self.store.mailbox.enqueue_in_one_statement(
                         tx,
                         **fields,
+                        priority=options.priority,
                         held=held,
                         claim_for=self.pool.owner if claim else None,
                         lease_ms=self.options.lease_ms,
@@ -419,7 +413,9 @@ class Client:
             message_id,
         )
         future.add_done_callback(observed)
-        future.add_done_callback(self._route)
+        future.add_done_callback(
+            functools.partial(self._route, carry=options.coalesce_key is None)
+        )
         return future
 
     def _resolved(self, future: Future[Enqueued], message_id: str) -> Future[Enqueued]:
@@ -509,8 +505,10 @@ class Client:
         """A direct turn's commit that outlived the caller's deadline ended."""
         self.in_flight.end(message_id)
 
-    def _route(self, done: Future[Enqueued]) -> None:
-        """After the enqueue committed: hand the message to a local worker if we hold it."""
+    def _route(self, done: Future[Enqueued], *, carry: bool = True) -> None:
+        """After the enqueue committed: hand the message to a local worker if we hold it
+        (without ``carry``, only a signal: a keyed message is read once it is the head,
+        ``store.coalescing``)."""
         if done.exception() is not None:
             return
         faults.point("enqueue.committed")
@@ -519,7 +517,9 @@ class Client:
         if enqueued.claimed is not None:
             self.waiters.mark(message.id, local=True)
             self.pool.adopt(enqueued.claimed)
-        elif message.status == "queued" and self.pool.table.signal(message.actor_pk, message):
+        elif message.status == "queued" and self.pool.table.signal(
+            message.actor_pk, message if carry else None
+        ):
             self.waiters.mark(message.id, local=True)
         else:
             self.waiters.mark(message.id, local=False)

@@ -26,7 +26,7 @@ from ..errors import (
     error_from_document,
 )
 from ..options import Options
-from ..store import Store
+from ..store import Store, coalescing
 from ..store.store import TERMINAL, MessageRow
 from .access import Access, deny
 from .outcomes import Outcome
@@ -81,6 +81,8 @@ class SentMessages:
         """The stored terminal outcome, or None while the message is pending."""
         with self.store.read() as tx:
             row = self.store.message(tx, message_id)
+            if row is not None:  # a replaced one's outcome is its replacement's
+                row = coalescing.final_message(tx, row)
         if row is None:
             if self.in_flight.enqueueing(message_id):
                 return None
@@ -178,6 +180,12 @@ class SentMessages:
 
     def result(self, message: MessageReference[Any]) -> Any:
         row = self.checked(message)
+        if row.status == "replaced":  # its replacement's outcome
+            with self.store.read() as tx:
+                final = coalescing.final_message(tx, row)
+            if final is None:
+                raise MessageNotFound(f"the message that replaced {message.id} was pruned")
+            row = final
         outcome = Outcome(row.status, row.result, row.error) if row.status in TERMINAL else None
         if outcome is None:
             raise MessagePending(f"message {message.id} has not finished; use wait()")

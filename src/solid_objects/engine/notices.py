@@ -69,6 +69,9 @@ class NoticeDispatch:
 
     def _outcome(self, payload: str) -> None:
         finished = read_outcome(payload, self._key)
+        if finished is not None and finished[1] == "replaced":
+            self._waiters.nudge(finished[0])  # its waiter reads its replacement's
+            return
         if finished is not None:
             # Another process committed this outcome (its MAC says the library sent it).
             message_id, status, result, error = finished

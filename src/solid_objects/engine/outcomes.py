@@ -13,6 +13,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Literal
 
+from ..store.rows import MessageRow
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -140,6 +142,14 @@ class Waiters:
             self._futures.pop(message_id, None)
             self._where.pop(message_id, None)
             self._sent.pop(message_id, None)
+
+    def finished(self, message: MessageRow, outcome: Outcome) -> None:
+        """A local turn finished ``message``: hand its waiter the outcome, or, for a
+        replaced message (coalescing), wake it to read its replacement's."""
+        if message.status == "replaced":
+            self.nudge(message.id)
+        else:
+            self.resolve(message.id, outcome)
 
     def resolve(self, message_id: str, outcome: Outcome) -> None:
         with self._lock:

@@ -137,7 +137,9 @@ class Poller:
         if limited:
             claimed += self._claim_apart(limited, now_ms, limits)
         faults.point("claim.committed")
-        for c in claimed:
+        # Run in the order found (an urgent message's actor first), not the lock order.
+        found_at = {r.pk: i for i, r in enumerate(ready)}
+        for c in sorted(claimed, key=lambda c: found_at.get(c.lease.pk, len(found_at))):
             pool.adopt(c)
         return found + len(claimed)
 

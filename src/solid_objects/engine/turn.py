@@ -118,7 +118,7 @@ def execute(
     ``instance`` may be mutated even when the outcome is a failure; the caller
     rebuilds it from ``committed_state`` in that case.
     """
-    if message.status == "cancelled":  # cancelled while queued: finished without running
+    if message.status in ("cancelled", "replaced"):  # while queued: finished, never run
         return TurnOutcome("cancelled")
     operation = definition.operation(message.operation)
     if operation is None:

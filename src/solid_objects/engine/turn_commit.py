@@ -85,13 +85,15 @@ class TurnCommit:
             self._record_traceback(tx, act, message, outcome)
             return Committed(None, [], [])
         completed = outcome.kind == "completed"
+        # A head passed over keeps its status (cancelled, or replaced: coalescing).
+        status = message.status if outcome.kind == "cancelled" else outcome.kind
         staged = outcome.staged if completed else None
         savepoint = tx.savepoint() if staged is not None and staged.actions else None
         committed = self.store.turns.finish_turn(
             tx,
             act.lease,
             message,
-            status=outcome.kind,
+            status=status,
             state=outcome.state if completed else None,
             state_version=act.definition.state_version if act.definition else 1,
             result=outcome.result,
@@ -116,7 +118,7 @@ class TurnCommit:
                 message_id=message.id,
                 actor_pk=act.lease.pk,
                 seq=message.seq,
-                status=outcome.kind,
+                status=status,
                 state_before=outcome.ran_against,
                 state_after=outcome.state if completed else None,
                 state_version=act.definition.state_version,

@@ -372,8 +372,8 @@ class WorkerPool:
                 # (``pending_here``) and reads the row instead of waiting for a handover.
                 kept = self.settle(act, message, outcome, committed)
                 if outcome.kind != "retry":
-                    self.waiters.resolve(
-                        message.id, Outcome(outcome.kind, outcome.result, outcome.error)
+                    self.waiters.finished(
+                        message, Outcome(outcome.kind, outcome.result, outcome.error)
                     )
                 if not kept:
                     continue

@@ -25,6 +25,7 @@ with requires_extra("metrics", "solid_objects.observability.prometheus"):
     from prometheus_client.registry import Collector
 
 from ..errors import ConfigurationError
+from ..store import priority
 from ..store.metrics import type_gauges
 from .events import Instrumentation, ReminderChange, Turn, turn_outcome
 
@@ -74,6 +75,14 @@ class PrometheusMetrics(Instrumentation):
             "Messages enqueued, by who sent them: a caller, an actor, an effect's "
             "callback, a reminder.",
             ["actor_type", "operation", "source"],
+            namespace=ns,
+            registry=r,
+        )
+        self.replaced = Counter(
+            "messages_replaced",
+            "Queued messages a caller's later send with the same coalesce_key replaced "
+            "(they never run).",
+            ["actor_type", "operation"],
             namespace=ns,
             registry=r,
         )
@@ -182,6 +191,9 @@ class PrometheusMetrics(Instrumentation):
         def done(future: Future[Any]) -> None:
             if future.exception() is None and not future.result().existing:
                 counter.inc()
+                if future.result().replaced:
+                    replaced = self._child(self.replaced, actor_type, operation)
+                    replaced.inc(future.result().replaced)
 
         return done
 
@@ -290,6 +302,12 @@ class _RuntimeCollector(Collector):
                 ),
             ):
                 families[name] = GaugeMetricFamily(f"{ns}_{name}", text, labels=["actor_type"])
+            families["urgent_messages"] = GaugeMetricFamily(
+                f"{ns}_urgent_messages",
+                "Queued messages with a priority above 0 (at the head, their actor is claimed "
+                "first).",
+                labels=["actor_type", "priority"],
+            )
             families["unhandled_effects"] = GaugeMetricFamily(
                 f"{ns}_unhandled_effects",
                 "Unfinished effects whose name no live process handles (a typo in emit, "
@@ -347,11 +365,14 @@ class _RuntimeCollector(Collector):
                     unhandled = store.processes.unhandled_effect_counts(tx)
                     limited = store.limits.held_back(tx, self._runtime.registry.turn_limits())
                     limits = store.effect_limits.effect_limit_status(tx)
+                    urgent = priority.urgent_queued(tx)
             except Exception as exc:  # a scrape must not fail because the database did
                 log.warning("metrics: cannot read the database gauges: %r", exc)
                 return [families["activations"]]
             for name, count in unhandled.items():
                 families["unhandled_effects"].add_metric([name], count)
+            for (actor_type, rank), count in sorted(urgent.items()):
+                families["urgent_messages"].add_metric([actor_type, str(rank)], count)
             for s in limits:
                 if s.waiting_on is not None:
                     families["effects_held_back"].add_metric([s.name, s.waiting_on], s.due)

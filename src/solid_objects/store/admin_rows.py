@@ -69,6 +69,9 @@ class MailboxRow:
     available_at: int
     created_at: int
     traceback: str | None = None
+    priority: int = 0
+    coalesce_key: str | None = None
+    replaced_by: str | None = None
 
 
 @dataclass(slots=True)
@@ -177,7 +180,7 @@ ACTOR_COLS = (
 )
 MAILBOX_COLS = (
     "id, seq, operation, arguments, idempotency_key, status, attempts, error, available_at, "
-    "created_at, traceback"
+    "created_at, traceback, priority, coalesce_key, replaced_by"
 )
 EFFECT_COLS = (
     "id, actor_pk, actor_type, actor_id, source_message_id, name, arguments, status, attempts, "
@@ -256,6 +259,9 @@ def read_mailbox(r: Sequence[Any]) -> MailboxRow:
         available_at=int(r[8]),
         created_at=int(r[9]),
         traceback=r[10],
+        priority=int(r[11]),
+        coalesce_key=r[12],
+        replaced_by=r[13],
     )
 
 

@@ -58,6 +58,8 @@ def enqueue_on(
     delay_ms: int,
     traceparent: str | None,
     max_length: int | None = None,
+    priority: int = 0,
+    coalesce_key: str | None = None,
 ) -> Enqueued:
     """Enqueue on the application's DB-API connection, in its transaction; commit nothing.
 
@@ -107,6 +109,8 @@ def enqueue_on(
                 traceparent=traceparent,
                 max_length=max_length,
                 actor_pk=actor_pk,
+                priority=priority,
+                coalesce_key=coalesce_key,
             )
         except BaseException:
             savepoint.rollback()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from . import priority
 from .dialect import Tx
 from .part import StorePart
 from .rows import MSG_COLS, Claimed, Lease, ReadyActor, message_row, new_token
@@ -58,15 +59,17 @@ class LeaseStatements(StorePart):
             return []
         names = ", ".join(f":t{i}" for i in range(len(types)))
         params: dict[str, Any] = {f"t{i}": t for i, t in enumerate(types)}
-        params.update(owner=owner, limit=limit, ready_now=now_ms)
-        rows = tx.rows(
-            "SELECT pk, CASE WHEN lease_expires_at <= {now} THEN NULL ELSE lease_owner END, "
-            "lease_generation, actor_type, actor_id FROM {actors} "
-            f"WHERE {_head_due(now_ms)} AND paused = 0 AND (lease_owner IS NULL "
+        params.update(owner=owner, ready_now=now_ms)
+        # Actors with an urgent message queued come first (store/priority.py).
+        rows = priority.ready_in_rank_order(
+            tx,
+            "pk, CASE WHEN lease_expires_at <= {now} THEN NULL ELSE lease_owner END, "
+            "lease_generation, actor_type, actor_id",
+            f"{_head_due(now_ms)} AND paused = 0 AND (lease_owner IS NULL "
             "OR lease_expires_at <= {now} OR lease_owner = :owner) "
-            f"AND {self.dialect.unindexed('actor_type')} IN ({names}) "
-            "ORDER BY ready_at LIMIT :limit",
+            f"AND {self.dialect.unindexed('actor_type')} IN ({names})",
             params,
+            limit,
         )
         return [ReadyActor(int(r[0]), r[1], int(r[2]), (r[3], r[4])) for r in rows]
 

@@ -11,13 +11,14 @@ the mailbox's order rule, without overtaking its sender's earlier ones.
 from __future__ import annotations
 
 import copy
-import functools
 import itertools
 from typing import Any, Literal
 
 from ..errors import IdempotencyConflict, MailboxFull
+from . import coalescing
 from .dialect import Tx
-from .notices import NoticeKey, held_hint, message_fields, message_hint
+from .enqueue_statement import MESSAGE_COLUMNS, enqueue_statement
+from .notices import held_hint, message_fields, message_hint
 from .part import StorePart
 from .rows import (
     MSG_COLS,
@@ -36,100 +37,8 @@ from .rows import (
 _process_sends = itertools.count(1)
 
 
-#: The columns every enqueue writes to a new message, in the order of ``_insert_message``.
-_MESSAGE_COLUMNS = (
-    "id, actor_pk, actor_type, actor_id, seq, operation, arguments, idempotency_key, status, "
-    "available_at, attempts, created_at, traceparent, send_order, sender"
-)
-
-
-@functools.cache
-def _enqueue_statement(*, claim: bool, limited: bool, notify: bool) -> str:
-    """:meth:`MailboxStatements.enqueue` of a message due now, as one statement.
-
-    ``l`` is ``_lock_actor``'s ``SELECT ... FOR UPDATE`` (its one ``{now}`` read after
-    the lock), ``u`` the ``UPDATE`` that takes the next seq (and, with ``claim``, the
-    lease when it is free: ``take``), ``INSERT`` the message; the final ``SELECT``
-    returns the wake-up payload the Python path would choose (NULL: none; ``m:``
-    carries the message, signed here: ``notices``) and, with ``notify``, sends it; after a claim,
-    also what ``load_claimed`` reads of the actor row. No actor row: no row; a full
-    mailbox (``limited``): a row of NULLs; either way nothing is written and the caller
-    falls back.
-    """
-    # A full mailbox updates nothing but still returns the row (its u columns NULL), so
-    # the caller tells it apart from a missing actor row.
-    full = " AND c.next_seq - c.done_seq - 1 < :max" if limited else ""
-    free = (
-        "l.paused = 0 AND (l.lease_owner IS NULL OR l.lease_expires_at <= l.at_ms) "
-        "AND (l.ready_at IS NULL OR l.ready_at <= l.at_ms)"
-    )
-    held = (
-        "c.lease_owner IS NOT NULL AND c.lease_expires_at > c.at_ms AND c.paused = 0 "
-        "AND (c.ready_at IS NULL OR c.ready_at <= c.at_ms)"
-    )
-    # m: with the message's fields when the caller found they fit (notices.message_fields),
-    # else h: (the concatenation with a NULL :fields is NULL). c.next_seq is the new seq.
-    owned = "CAST(c.pk AS TEXT) || ':' || c.lease_owner"
-    carried = (
-        f"'m:' || {owned} || ':' || CAST(c.next_seq AS TEXT) || ':' || CAST(c.at_ms AS TEXT) "
-        "|| ':' || CAST(:fields AS TEXT)"
-    )
-    hint = f"CASE WHEN {held} THEN COALESCE({carried}, 'h:' || {owned}) ELSE 'w' END"
-    if claim:
-        # Our own lease that we may not take (paused, backing off): no wake-up, as before.
-        take = f"COALESCE({free}, FALSE)"
-        payload = f"CASE WHEN c.take OR c.lease_owner = :owner THEN NULL ELSE {hint} END"
-        lease = (
-            ", lease_owner = CASE WHEN c.take THEN :owner ELSE a.lease_owner END, "
-            "lease_token = CASE WHEN c.take THEN :token ELSE a.lease_token END, "
-            "lease_generation = a.lease_generation + CASE WHEN c.take THEN 1 ELSE 0 END, "
-            "lease_expires_at = CASE WHEN c.take THEN c.at_ms + :lease_ms "
-            "ELSE a.lease_expires_at END, "
-            "attempt = a.attempt + CASE WHEN c.take AND a.lease_owner IS DISTINCT FROM :owner "
-            "THEN 1 ELSE 0 END, "  # see claim()
-            "updated_at = CASE WHEN c.take THEN c.at_ms ELSE a.updated_at END"
-        )
-        # What load_claimed would read after a claim (the row is locked: the same).
-        claimed = (
-            ", CASE WHEN c.take THEN a.state END AS state, a.state_version, a.done_seq, a.attempt"
-        )
-        state = ", u.state, u.state_version, u.done_seq, u.attempt"
-    else:
-        take, payload, lease, claimed, state = "FALSE", hint, "", "", ""
-    # An m: gets its MAC (the key's pads are parameters), as notices.message_hint signs it.
-    signed = (
-        "CASE WHEN left(u.payload, 2) = 'm:' THEN u.payload || '#' || "
-        + NoticeKey.sql_mac("u.payload")
-        + " ELSE u.payload END"
-    )
-    wake = f", CASE WHEN u.payload IS NOT NULL THEN pg_notify(:channel, {signed}) END"
-    return (
-        "WITH l AS (SELECT pk, next_seq, done_seq, lease_owner, lease_expires_at, paused, "
-        "ready_at, lease_generation, {now} AS at_ms FROM {actors} "
-        "WHERE actor_type = :t AND actor_id = :i{for_update}), "
-        f"c AS (SELECT l.*, {take} AS take FROM l), "
-        "u AS (UPDATE {actors} a SET next_seq = a.next_seq + 1, "
-        "ready_at = CASE WHEN c.take THEN c.at_ms ELSE COALESCE(a.ready_at, c.at_ms) END"
-        + lease
-        + " FROM c WHERE a.pk = c.pk"
-        + full
-        + " RETURNING a.pk, a.next_seq - 1 AS seq, c.at_ms, "
-        f"{payload} AS payload, CASE WHEN c.take THEN a.lease_generation END AS gen"
-        + claimed
-        + "), "
-        f"m AS (INSERT INTO {{messages}} ({_MESSAGE_COLUMNS}) SELECT :id, pk, :t, :i, seq, :op, "
-        ":args, NULL, 'queued', at_ms, 0, at_ms, :tp, NULL, :sender FROM u) "
-        f"SELECT u.pk, u.seq, u.at_ms, {signed}, u.gen"
-        + state
-        + (wake if notify else "")
-        + (" FROM c LEFT JOIN u ON TRUE" if limited else " FROM u")
-    )
-
-
 class MailboxStatements(StorePart):
     """``store.mailbox``: appending messages to actors' mailboxes, and cancelling them."""
-
-
 
     def _lock_actor(self, tx: Tx, actor_type: str, actor_id: str, pk: int | None = None) -> Any:
         """Lock the actor's row (inserted if missing); by primary key when ``pk`` is
@@ -163,6 +72,7 @@ class MailboxStatements(StorePart):
         arguments: str,
         traceparent: str | None = None,
         max_length: int | None = None,
+        priority: int = 0,
     ) -> MessageRow | None:
         """Append to the mailbox of an actor this process already holds: two statements,
         or one where the ``INSERT`` can read the ``UPDATE``'s ``RETURNING`` (PostgreSQL).
@@ -182,11 +92,14 @@ class MailboxStatements(StorePart):
             "WHERE actor_type = :t AND actor_id = :i" + full + " RETURNING pk, next_seq - 1"
         )
         if self.dialect.writable_cte:  # the INSERT reads the RETURNING: one statement
-            params.update(id=message_id, op=operation, args=arguments, tp=traceparent)
+            params.update(
+                id=message_id, op=operation, args=arguments, tp=traceparent, priority=priority
+            )
             row = tx.row(
                 "WITH u AS (" + update + " AS seq, {now} AS at_ms), "
-                f"m AS (INSERT INTO {{messages}} ({_MESSAGE_COLUMNS}) SELECT :id, pk, :t, :i, "
-                "seq, :op, :args, NULL, 'queued', at_ms, 0, at_ms, :tp, NULL, NULL FROM u) "
+                f"m AS (INSERT INTO {{messages}} ({MESSAGE_COLUMNS}) SELECT :id, pk, :t, :i, "
+                "seq, :op, :args, NULL, 'queued', at_ms, 0, at_ms, :tp, NULL, NULL, :priority "
+                "FROM u) "
                 "SELECT pk, seq, at_ms FROM u",
                 params,
             )
@@ -202,7 +115,7 @@ class MailboxStatements(StorePart):
         if self.dialect.writable_cte:
             message.created_at = now
         else:
-            self._insert_message(tx, message, now)
+            self._insert_message(tx, message, now, priority=priority)
         return message
 
     def enqueue_in_one_statement(
@@ -219,6 +132,7 @@ class MailboxStatements(StorePart):
         lease_ms: int,
         traceparent: str | None = None,
         max_length: int | None = None,
+        priority: int = 0,
     ) -> Enqueued | None:
         """An unkeyed message due now, enqueued by one statement that may be its own
         transaction (``Dialect.writable_cte``: PostgreSQL), so a lone enqueue costs one
@@ -243,6 +157,7 @@ class MailboxStatements(StorePart):
                 arguments=arguments,
                 traceparent=traceparent,
                 max_length=max_length,
+                priority=priority,
             )
             return None if message is None else Enqueued(message, existing=False, claimed=None)
         done = self._enqueue_creating(  # a new actor's row committed apart, first
@@ -257,6 +172,7 @@ class MailboxStatements(StorePart):
             traceparent=traceparent,
             max_length=max_length,
             sender=None,
+            priority=priority,
         )
         return done if isinstance(done, Enqueued) else None
 
@@ -274,6 +190,7 @@ class MailboxStatements(StorePart):
         traceparent: str | None = None,
         send_order: int | None = None,
         sender: str | None = None,
+        priority: int = 0,
     ) -> MessageRow:
         """Insert a message that enters its mailbox when :meth:`promote` moves it there.
 
@@ -318,7 +235,7 @@ class MailboxStatements(StorePart):
             sender,
         )
         order = next(_process_sends) if send_order is None else send_order
-        self._insert_message(tx, message, now, order)
+        self._insert_message(tx, message, now, order, priority=priority)
         if self.dialect.expiry_isolation_sql is not None:
             self._follow_incarnation(tx, message)
         return message
@@ -399,8 +316,14 @@ class MailboxStatements(StorePart):
         max_length: int | None = None,
         sender: str | None = None,
         actor_pk: int | None = None,
+        priority: int = 0,
+        coalesce_key: str | None = None,
     ) -> Enqueued:
         """Append a message to an actor's mailbox (creating the actor row if needed).
+
+        ``priority`` (0 to 9) ranks its actor's claim (:mod:`.priority`); a message due
+        now with ``coalesce_key`` replaces the queued ones of the actor with that key and
+        operation, unless a lease on the actor is live (:mod:`.coalescing`).
 
         ``actor_pk``: the actor's row as the caller found it, locked by primary key
         (see :meth:`_lock_actor`; an application transaction's enqueue).
@@ -421,7 +344,12 @@ class MailboxStatements(StorePart):
         ``INSERT`` of its row); anything else, or a full mailbox (the statement wrote
         nothing), takes the path below.
         """
-        if self.dialect.writable_cte and idempotency_key is None and delay_ms <= 0:
+        if (
+            self.dialect.writable_cte
+            and idempotency_key is None
+            and coalesce_key is None
+            and delay_ms <= 0
+        ):
             done = self._enqueue_creating(
                 tx,
                 message_id=message_id,
@@ -434,6 +362,7 @@ class MailboxStatements(StorePart):
                 traceparent=traceparent,
                 max_length=max_length,
                 sender=sender,
+                priority=priority,
             )
             if isinstance(done, Enqueued):
                 return done
@@ -468,6 +397,17 @@ class MailboxStatements(StorePart):
             traceparent,
             sender,
         )
+        replaced = 0
+        if coalesce_key is not None and delay_ms <= 0:
+            live = owner is not None and int(expires) > now  # its worker may have the head
+            replaced = coalescing.replace_queued(
+                tx,
+                actor_pk=pk,
+                first_seq=int(done_seq) + (2 if live else 1),
+                operation=operation,
+                key=coalesce_key,
+                by=message_id,
+            )
         lease: Lease | None = None
         if delay_ms <= 0:
             message.seq = int(next_seq)
@@ -501,7 +441,12 @@ class MailboxStatements(StorePart):
                     params,
                 )
         self._insert_message(
-            tx, message, now, None if message.seq is not None else next(_process_sends)
+            tx,
+            message,
+            now,
+            None if message.seq is not None else next(_process_sends),
+            priority=priority,
+            coalesce_key=coalesce_key,
         )
         if lease is None and (claim_for is None or owner != claim_for):
             # A worker elsewhere holds it (tell that process alone), or will claim it.
@@ -512,9 +457,12 @@ class MailboxStatements(StorePart):
                 and (ready_at is None or int(ready_at) <= now)
                 and message.seq is not None
             )
-            self.notify(tx, self._held_payload(message, str(owner), now) if held else "w")
+            if held and coalesce_key is not None:  # never carried: it may be replaced
+                self.notify(tx, held_hint(message.actor_pk, str(owner)))
+            else:
+                self.notify(tx, self._held_payload(message, str(owner), now) if held else "w")
         claimed = None if lease is None else self.load_claimed(tx, lease)
-        return Enqueued(message, existing=False, claimed=claimed)
+        return Enqueued(message, existing=False, claimed=claimed, replaced=replaced)
 
     def _held_payload(self, message: MessageRow, owner: str, now: int) -> str:
         """``m:`` carrying ``message`` to the lease's ``owner`` when it fits, else ``h:``."""
@@ -555,6 +503,7 @@ class MailboxStatements(StorePart):
         traceparent: str | None,
         max_length: int | None,
         sender: str | None,
+        priority: int = 0,
     ) -> Enqueued | Literal["missing", "full"]:
         """:meth:`enqueue` in one round trip, or what kept it from writing anything: no
         actor row, or a full mailbox (:meth:`enqueue`'s own path then raises).
@@ -571,6 +520,7 @@ class MailboxStatements(StorePart):
             "args": arguments,
             "tp": traceparent,
             "sender": sender,
+            "priority": priority,
             "fields": message_fields(
                 message_id, actor_type, actor_id, operation, arguments, None, traceparent, sender
             ),
@@ -582,7 +532,7 @@ class MailboxStatements(StorePart):
             params.update(owner=claim_for, token=new_token(), lease_ms=lease_ms)
         if inline:
             params["channel"] = self.channel
-        statement = _enqueue_statement(
+        statement = enqueue_statement(
             claim=claim_for is not None, limited=max_length is not None, notify=inline
         )
         row = tx.row(statement, params)
@@ -625,14 +575,26 @@ class MailboxStatements(StorePart):
         return Enqueued(message, existing=False, claimed=claimed)
 
     def _insert_message(
-        self, tx: Tx, m: MessageRow, now: int, send_order: int | None = None
+        self,
+        tx: Tx,
+        m: MessageRow,
+        now: int,
+        send_order: int | None = None,
+        *,
+        priority: int = 0,
+        coalesce_key: str | None = None,
     ) -> None:
+        # A plain message leaves priority and coalesce_key to their defaults.
+        extra = ", priority, coalesce_key" if priority or coalesce_key is not None else ""
         tx.run(
             "INSERT INTO {messages} (id, actor_pk, actor_type, actor_id, seq, operation, "
             "arguments, idempotency_key, status, available_at, attempts, created_at, traceparent, "
-            "send_order, sender) VALUES (:id, :pk, :t, :i, :seq, :op, :args, :key, :status, "
-            ":avail, 0, :now, :tp, :ord, :sender)",
+            f"send_order, sender{extra}) VALUES (:id, :pk, :t, :i, :seq, :op, :args, :key, "
+            ":status, :avail, 0, :now, :tp, :ord, :sender"
+            + (", :priority, :ckey)" if extra else ")"),
             {
+                "priority": priority,
+                "ckey": coalesce_key,
                 "id": m.id,
                 "pk": m.actor_pk,
                 "t": m.actor_type,

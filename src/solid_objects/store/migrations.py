@@ -212,6 +212,30 @@ def _migrate_to_18(conn: Connection, md: MetaData) -> None:
         conn.execute(text(f"ALTER TABLE {table} ADD COLUMN started_at BIGINT NULL"))
 
 
+def _migrate_to_19(conn: Connection, md: MetaData) -> None:
+    """Message priority and coalescing: ``messages.priority``, ``coalesce_key``,
+    ``replaced_by`` and the index of urgent messages. Rows written before it are plain
+    (priority 0, no key)."""
+    from sqlalchemy import inspect
+
+    prefix = md.info["prefix"]
+    table = f"{prefix}messages"
+    columns = {c["name"] for c in inspect(conn).get_columns(table)}
+    text_kind = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+    if conn.dialect.name not in ("mysql", "mariadb"):
+        text_kind = "VARCHAR(255)"
+    added = {
+        "priority": "SMALLINT NOT NULL DEFAULT 0",
+        "coalesce_key": f"{text_kind} NULL",
+        "replaced_by": "VARCHAR(32) NULL",
+    }
+    for name, kind in added.items():
+        if name not in columns:
+            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {name} {kind}"))
+    urgent = next(i for i in md.tables[table].indexes if i.name == f"{prefix}messages_urgent")
+    urgent.create(conn, checkfirst=True)
+
+
 def _mysql_json(conn: Connection, table: str) -> bool:
     """Whether ``state`` is JSON already: MySQL says so in its column type, MariaDB
     (where JSON is LONGTEXT checked by ``JSON_VALID``) in a check constraint."""
@@ -265,4 +289,5 @@ MIGRATIONS: list[Callable[[Connection, MetaData], None]] = [
     _migrate_to_16,
     _migrate_to_17,
     _migrate_to_18,
+    _migrate_to_19,
 ]

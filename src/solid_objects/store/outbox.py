@@ -208,6 +208,7 @@ class OutboxStatements(StorePart):
                 traceparent=traceparent,
                 send_order=source_seq * MAX_MESSAGES_PER_TURN + index,
                 sender=sender if m.reply is None else request_sender(sender, m.reply),
+                priority=m.priority,
             )
             for index, m in enumerate(staged.messages)
         ]

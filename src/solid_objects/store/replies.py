@@ -24,6 +24,7 @@ REPLY_STATUS = {
     "rejected": "rejected",
     "dead": "failed",
     "cancelled": "destroyed",
+    "replaced": "destroyed",
     "destroyed": "destroyed",
 }
 

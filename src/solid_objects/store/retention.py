@@ -52,7 +52,7 @@ RULES: dict[PruneKind, tuple[str, str, str]] = {
     "messages": (
         "{messages}",
         "id",
-        "((status IN ('completed', 'rejected', 'destroyed', 'cancelled') "
+        "((status IN ('completed', 'rejected', 'destroyed', 'cancelled', 'replaced') "
         "AND completed_at < {cutoff}) "
         "OR (status = 'dead' AND EXISTS (SELECT 1 FROM {resolutions} r "
         "WHERE r.message_id = {messages}.id AND r.resolved_at < {cutoff})))",
@@ -65,7 +65,6 @@ RULES: dict[PruneKind, tuple[str, str, str]] = {
 
 class RetentionStatements(StorePart):
     """``store.retention``: the rules and batched deletes of pruning."""
-
 
     def prune_older(
         self,

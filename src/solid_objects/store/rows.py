@@ -103,6 +103,8 @@ class Enqueued:
     message: MessageRow
     existing: bool
     claimed: Claimed | None
+    #: How many queued messages this one replaced (``coalesce_key``, store/coalescing.py).
+    replaced: int = 0
 
 
 @dataclass(slots=True)

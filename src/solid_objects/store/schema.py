@@ -17,6 +17,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -32,7 +33,7 @@ from .migrations import MIGRATIONS
 from .notices import KEY_NAME, new_secret
 
 #: The schema version this code reads and writes.
-SCHEMA_VERSION = 18
+SCHEMA_VERSION = 19
 
 
 def ident(length: int) -> String:
@@ -109,7 +110,7 @@ def build_metadata(prefix: str) -> MetaData:
         Column("operation", String(128), nullable=False),
         Column("arguments", big_text(), nullable=False),
         Column("idempotency_key", ident(255), nullable=True),
-        # scheduled | queued | completed | rejected | dead | destroyed
+        # scheduled | queued | completed | rejected | dead | destroyed | cancelled | replaced
         Column("status", String(16), nullable=False),
         Column("available_at", BigInteger, nullable=False),
         Column("attempts", Integer, nullable=False, server_default="0"),
@@ -128,6 +129,12 @@ def build_metadata(prefix: str) -> MetaData:
         Column("sender", Text, nullable=True),
         # The formatted traceback of the last failed attempt (schema 12), bounded, redacted.
         Column("traceback", big_text(), nullable=True),
+        # The claim rank it gives its actor as the head, 0 (plain) to 9 (schema 19,
+        # store/priority.py); a queued one with a coalesce key may be replaced by a
+        # later send with the same key, named in replaced_by (status ``replaced``).
+        Column("priority", SmallInteger, nullable=False, server_default="0"),
+        Column("coalesce_key", ident(255), nullable=True),
+        Column("replaced_by", String(32), nullable=True),
         UniqueConstraint("actor_pk", "seq", name=f"{prefix}messages_mailbox"),
         # Partial where the database supports it, so the common message (no key,
         # never delayed, never dead) writes no entry into these indexes.
@@ -145,6 +152,13 @@ def build_metadata(prefix: str) -> MetaData:
             "available_at",
             sqlite_where=text("status = 'scheduled'"),
             postgresql_where=text("status = 'scheduled'"),
+        ),
+        Index(
+            f"{prefix}messages_urgent",
+            "priority",
+            "status",
+            sqlite_where=text("priority > 0"),
+            postgresql_where=text("priority > 0"),
         ),
         Index(
             f"{prefix}messages_dead",

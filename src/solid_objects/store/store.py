@@ -26,7 +26,7 @@ from sqlalchemy.exc import DBAPIError
 
 from .. import deadline
 from ..errors import DatabaseError
-from . import application, schema
+from . import application, coalescing, schema
 from .admin import AdminStatements
 from .admin_activity import ActivityStatements
 from .broadcasts import BroadcastStatements
@@ -546,6 +546,7 @@ class Store:
             "WHERE actor_pk = :pk AND status IN ('scheduled', 'queued')",
             {"pk": pk},
         )
+        coalescing.passed_at_destroy(tx, int(pk))
         if observed:
             self.broadcasts.broadcast_destroyed(tx, int(pk), actor_type, actor_id)
         tx.run("DELETE FROM {actors} WHERE pk = :pk", {"pk": pk})

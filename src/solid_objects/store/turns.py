@@ -294,8 +294,10 @@ class TurnStatements(StorePart):
             + (f", {notify_call}" if notify_call is not None else "")
             + " FROM a"
             + (
+                # A keyed message is read apart, after the lock: the snapshot may
+                # predate its replacement (store/coalescing.py).
                 " LEFT JOIN {messages} h ON a.next_seq > :seq + 1 "
-                "AND h.actor_pk = :pk AND h.seq = :seq + 1"
+                "AND h.actor_pk = :pk AND h.seq = :seq + 1 AND h.coalesce_key IS NULL"
                 if read_next
                 else ""
             )
@@ -470,11 +472,13 @@ class TurnStatements(StorePart):
     _NO_DOWNGRADE = " AND state_version <= :sv_at_most"
 
     #: The message a turn finishes, as the worker holds it: its id at this seq of this
-    #: mailbox, not finished yet (a ``cancelled`` head is finished without running).
+    #: mailbox, not finished yet (a ``cancelled`` or ``replaced`` head is finished
+    #: without running).
     #: A message that does not exist here (one that only a forged wake-up carried) is
     #: never finished, and its turn's commit writes nothing.
     _THE_MESSAGE = (
-        "id = :id AND actor_pk = :pk AND seq = :seq AND status IN ('queued', 'cancelled')"
+        "id = :id AND actor_pk = :pk AND seq = :seq "
+        "AND status IN ('queued', 'cancelled', 'replaced')"
     )
     #: A queued turn commits only a seq that was handed out (``next_seq`` is past it) and
     #: whose message row is there: otherwise the actor would move past a seq that a later
