@@ -839,7 +839,9 @@ def _git(*args: str) -> str | None:
             ["git", *args],
             capture_output=True,
             text=True,
-            cwd=Path(__file__).resolve().parent,
+            # The tree of the library this process imported (a before/after run
+            # imports another worktree's library with this harness).
+            cwd=Path(solid_objects.__file__).resolve().parent,
             timeout=5,
         )
     except (OSError, subprocess.SubprocessError):
@@ -860,7 +862,7 @@ def machine() -> dict[str, Any]:
         "git_commit": _git("rev-parse", "--short", "HEAD"),
         # Uncommitted changes to the library: the numbers are of the working tree.
         "git_src_dirty": None
-        if (st := _git("status", "--porcelain", "--", "src")) is None
+        if (st := _git("status", "--porcelain", "--", ":/src")) is None
         else bool(st),
         "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
     }

@@ -289,6 +289,32 @@ def study_fill(
     }
 
 
+def study_expire(url: str, actors: int, per_actor: int, budget_s: float) -> dict[str, Any]:
+    """``expire_actors`` alone: a set-based fill of N quiet actors (``per_actor`` retained
+    messages each), then one expiry run cut off after ``budget_s``, with the statements
+    it ran (the library's ``Tx``). Run it with each virtualenv's Python to compare two
+    versions of the library on the same fill."""
+    engine = create_engine(url)
+    rt = Runtime(url, workers=0, state_ttl={"BenchCounter": 86_400})
+    rt.register(BenchCounter)
+    base = scaling_fill.pk_base(engine, rt.store.prefix)
+    with rt:
+        fill_s = scaling_fill.fill(engine, rt.store.prefix, base, 1, actors, per_actor)
+        rt.admin.set_policy(allow({"ops:*": "*"}))
+        admin = rt.admin.as_principal("ops:bench")
+        bench_calls._count_tx_statements()
+        before = bench_calls._TX_STATEMENTS[0]
+        expire = maintenance_rate(lambda progress: admin.expire_actors(progress=progress), budget_s)
+        statements = bench_calls._TX_STATEMENTS[0] - before
+    engine.dispose()
+    expire["statements_per_actor"] = statements / max(1, expire["rows"])
+    print(
+        f"expire {actors} actors x {per_actor} messages (fill {fill_s:.0f} s): {expire}",
+        file=sys.stderr,
+    )
+    return {"actors": actors, "per_actor": per_actor, "fill_seconds": fill_s, **expire}
+
+
 def scratch_database(url: str) -> str:
     """Create a fresh ``scaling`` database on the server of ``url``; return its URL."""
     u = make_url(url)
@@ -312,7 +338,9 @@ def drop_database(url: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url", help="database URL (default: a temporary SQLite file)")
-    p.add_argument("--studies", default="rows,state,depth,fill")
+    p.add_argument(
+        "--studies", default="rows,state,depth,fill", help="also: expire (expire_actors alone)"
+    )
     p.add_argument("--quick", action="store_true", help="small steps, a few seconds")
     p.add_argument("--max-rows", type=int, default=100_000)
     p.add_argument("--seconds", type=float, default=3.0, help="timed seconds per step")
@@ -328,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     temp_dir = None
     url = args.url
     server_url = None
-    if url is not None and "fill" in studies and not url.startswith("sqlite"):
+    if url is not None and {"fill", "expire"} & set(studies) and not url.startswith("sqlite"):
         server_url = url
         url = scratch_database(url)
     if url is None:
@@ -367,6 +395,11 @@ def main(argv: list[str] | None = None) -> int:
             per_actor = 2 if args.quick else args.per_actor
             budget = 2.0 if args.quick else args.budget
             report["fill"] = study_fill(url, fills, per_actor, seconds, args.workers, budget)
+        if "expire" in studies:
+            actors = 1_000 if args.quick else args.fill_max
+            per_actor = 2 if args.quick else args.per_actor
+            budget = 2.0 if args.quick else args.budget
+            report["expire"] = study_expire(url, actors, per_actor, budget)
     finally:
         if server_url is not None and not args.keep:
             drop_database(server_url)
