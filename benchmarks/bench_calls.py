@@ -344,6 +344,8 @@ class Settings:
     engine_options: tuple[str, ...] = ()
     #: Count statements by kind and CPU per process and role (``--profile``).
     profile: bool = False
+    #: Only the cells with worker processes (``--topology-only``, e.g. under a profiler).
+    topology_only: bool = False
 
     def runtime(self, *, workers: int) -> tuple[Runtime, Meter]:
         return new_runtime(
@@ -1249,7 +1251,8 @@ def run(settings: Settings, display_url: str) -> dict[str, Any]:
         idle.append(measure_idle(settings, 0, "before"))
         idle.append(measure_idle(settings, settings.identities, "before"))
 
-    topologies = [0] + ([settings.processes] if settings.processes else [])
+    topologies = [] if settings.topology_only else [0]
+    topologies += [settings.processes] if settings.processes else []
     cells = [
         Cell(shape, mode, conc, procs)
         for procs in topologies
@@ -1394,6 +1397,11 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         help="also run every cell with N worker processes and a caller-only (workers=0) process",
     )
+    p.add_argument(
+        "--topology-only",
+        action="store_true",
+        help="with --processes: run only the worker-process cells (e.g. under py-spy)",
+    )
     p.add_argument("--repeat", type=int, help="repetitions (passes); the table shows medians")
     p.add_argument(
         "--raw-seconds",
@@ -1528,6 +1536,7 @@ def main(argv: list[str] | None = None) -> int:
         identities=args.identities,
         workers=args.workers,
         processes=args.processes,
+        topology_only=args.topology_only,
         repeat=pick("repeat"),
         raw_seconds=0 if args.idle_only else pick("raw_seconds"),
         idle_seconds=pick("idle_seconds"),
