@@ -1470,11 +1470,22 @@ def override_engine_options(pairs: list[str]) -> dict[str, Any]:
     """An experiment: change the library's server engine settings from outside.
 
     ``KEY=VALUE`` pairs (VALUE as JSON: ``64``, ``false``) are added to the keyword
-    arguments ``solid_objects.runtime`` passes to ``create_engine`` for PostgreSQL
-    and MySQL/MariaDB, e.g. ``pool_size=64`` or ``pool_pre_ping=false``. Nothing
-    under ``src/`` changes; the report records the overrides.
+    arguments the library passes to ``create_engine`` for PostgreSQL and MySQL/MariaDB
+    (``solid_objects.database``; ``solid_objects.runtime`` in older trees), e.g.
+    ``pool_size=64`` or ``pool_pre_ping=false``. Nothing under ``src/`` changes; the
+    report records the overrides.
     """
-    import solid_objects.runtime as runtime_module
+    import importlib
+
+    module: Any = None
+    for name in ("solid_objects.database", "solid_objects.runtime"):
+        try:
+            candidate = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(candidate, "create_engine"):
+            module = candidate
+            break
 
     overrides: dict[str, Any] = {}
     for pair in pairs:
@@ -1484,14 +1495,16 @@ def override_engine_options(pairs: list[str]) -> dict[str, Any]:
         overrides[key] = json.loads(value)
     if not overrides:
         return overrides
-    original = getattr(runtime_module, "create_engine")  # noqa: B009 (not exported)
+    if module is None:
+        raise SystemExit("--engine-option: no create_engine in the library to override")
+    original = getattr(module, "create_engine")  # noqa: B009 (not exported)
 
     def patched(url: Any, **kwargs: Any) -> Any:
         if make_url(url).get_backend_name() != "sqlite":
             kwargs.update(overrides)
         return original(url, **kwargs)
 
-    setattr(runtime_module, "create_engine", patched)  # noqa: B010 (not exported)
+    setattr(module, "create_engine", patched)  # noqa: B010 (not exported)
     return overrides
 
 
