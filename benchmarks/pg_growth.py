@@ -191,7 +191,9 @@ def study(
         for n in steps:
             url = scratch(admin, server, f"pg_growth_{n}")
             engine = create_engine(url, isolation_level="AUTOCOMMIT")
-            rt = Runtime(url, workers=4, call_timeout=120.0)
+            # A bounded pool per size (16 callers + 4 workers): the runtimes of every
+            # size stay open at once on a server other sessions share.
+            rt = Runtime(url, workers=4, call_timeout=120.0, pool_size=21, pool_overflow=2)
             meter = Meter()
             instrument(rt, meter, trace_statements=False)
             rt.register(BenchCounter)
