@@ -185,8 +185,14 @@ class IdleActors(AdminBase):
                     tx,
                     [
                         AuditRecord(
-                            new_id(), principal, "actors.expire", "actor",
-                            f"{kind}/{actor_id}"[:255], kind, actor_id, detail,
+                            audit_id=new_id(),
+                            principal=principal,
+                            action="actors.expire",
+                            target_kind="actor",
+                            target_id=f"{kind}/{actor_id}"[:255],
+                            actor_type=kind,
+                            actor_id=actor_id,
+                            detail=detail,
                         )
                         for kind, actor_id in gone
                     ],
