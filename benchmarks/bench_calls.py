@@ -344,6 +344,8 @@ class Settings:
     engine_options: tuple[str, ...] = ()
     #: Count statements by kind and CPU per process and role (``--profile``).
     profile: bool = False
+    #: Only the cells with worker processes (``--topology-only``, e.g. under a profiler).
+    topology_only: bool = False
 
     def runtime(self, *, workers: int) -> tuple[Runtime, Meter]:
         return new_runtime(
@@ -839,7 +841,9 @@ def _git(*args: str) -> str | None:
             ["git", *args],
             capture_output=True,
             text=True,
-            cwd=Path(__file__).resolve().parent,
+            # The tree of the library this process imported (a before/after run
+            # imports another worktree's library with this harness).
+            cwd=Path(solid_objects.__file__).resolve().parent,
             timeout=5,
         )
     except (OSError, subprocess.SubprocessError):
@@ -860,7 +864,7 @@ def machine() -> dict[str, Any]:
         "git_commit": _git("rev-parse", "--short", "HEAD"),
         # Uncommitted changes to the library: the numbers are of the working tree.
         "git_src_dirty": None
-        if (st := _git("status", "--porcelain", "--", "src")) is None
+        if (st := _git("status", "--porcelain", "--", ":/src")) is None
         else bool(st),
         "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
     }
@@ -1247,7 +1251,8 @@ def run(settings: Settings, display_url: str) -> dict[str, Any]:
         idle.append(measure_idle(settings, 0, "before"))
         idle.append(measure_idle(settings, settings.identities, "before"))
 
-    topologies = [0] + ([settings.processes] if settings.processes else [])
+    topologies = [] if settings.topology_only else [0]
+    topologies += [settings.processes] if settings.processes else []
     cells = [
         Cell(shape, mode, conc, procs)
         for procs in topologies
@@ -1392,6 +1397,11 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         help="also run every cell with N worker processes and a caller-only (workers=0) process",
     )
+    p.add_argument(
+        "--topology-only",
+        action="store_true",
+        help="with --processes: run only the worker-process cells (e.g. under py-spy)",
+    )
     p.add_argument("--repeat", type=int, help="repetitions (passes); the table shows medians")
     p.add_argument(
         "--raw-seconds",
@@ -1460,11 +1470,22 @@ def override_engine_options(pairs: list[str]) -> dict[str, Any]:
     """An experiment: change the library's server engine settings from outside.
 
     ``KEY=VALUE`` pairs (VALUE as JSON: ``64``, ``false``) are added to the keyword
-    arguments ``solid_objects.database`` passes to ``create_engine`` for PostgreSQL
-    and MySQL/MariaDB, e.g. ``pool_size=64`` or ``pool_pre_ping=false``. Nothing
-    under ``src/`` changes; the report records the overrides.
+    arguments the library passes to ``create_engine`` for PostgreSQL and MySQL/MariaDB
+    (``solid_objects.database``; ``solid_objects.runtime`` in older trees), e.g.
+    ``pool_size=64`` or ``pool_pre_ping=false``. Nothing under ``src/`` changes; the
+    report records the overrides.
     """
-    import solid_objects.database as database_module
+    import importlib
+
+    module: Any = None
+    for name in ("solid_objects.database", "solid_objects.runtime"):
+        try:
+            candidate = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(candidate, "create_engine"):
+            module = candidate
+            break
 
     overrides: dict[str, Any] = {}
     for pair in pairs:
@@ -1474,14 +1495,16 @@ def override_engine_options(pairs: list[str]) -> dict[str, Any]:
         overrides[key] = json.loads(value)
     if not overrides:
         return overrides
-    original = getattr(database_module, "create_engine")  # noqa: B009 (not exported)
+    if module is None:
+        raise SystemExit("--engine-option: no create_engine in the library to override")
+    original = getattr(module, "create_engine")  # noqa: B009 (not exported)
 
     def patched(url: Any, **kwargs: Any) -> Any:
         if make_url(url).get_backend_name() != "sqlite":
             kwargs.update(overrides)
         return original(url, **kwargs)
 
-    setattr(database_module, "create_engine", patched)  # noqa: B010 (not exported)
+    setattr(module, "create_engine", patched)  # noqa: B010 (not exported)
     return overrides
 
 
@@ -1526,6 +1549,7 @@ def main(argv: list[str] | None = None) -> int:
         identities=args.identities,
         workers=args.workers,
         processes=args.processes,
+        topology_only=args.topology_only,
         repeat=pick("repeat"),
         raw_seconds=0 if args.idle_only else pick("raw_seconds"),
         idle_seconds=pick("idle_seconds"),

@@ -30,12 +30,15 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import shutil
 import signal
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -48,6 +51,7 @@ from sqlalchemy import create_engine, make_url, text
 
 from solid_objects import Actor, Runtime
 from solid_objects.admin import allow
+from solid_objects.store import Tx
 
 
 class BenchBlob(Actor):
@@ -289,6 +293,65 @@ def study_fill(
     }
 
 
+@contextmanager
+def timed_statements(into: collections.Counter[str]) -> Iterator[None]:
+    """Count (``n:``) and time (``s:``) each statement the library runs through ``Tx``
+    meanwhile, by its first six words."""
+    originals = {name: getattr(Tx, name) for name in ("run", "row", "rows")}
+
+    def wrap(original: Any) -> Any:
+        def timed(self: Tx, template: str, *args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return original(self, template, *args, **kwargs)
+            finally:
+                key = " ".join(template.split()[:6])
+                into["s:" + key] += time.perf_counter() - t0
+                into["n:" + key] += 1
+
+        return timed
+
+    for name, original in originals.items():
+        setattr(Tx, name, wrap(original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(Tx, name, original)
+
+
+def study_expire(url: str, actors: int, per_actor: int, budget_s: float) -> dict[str, Any]:
+    """``expire_actors`` alone: a set-based fill of N quiet actors (``per_actor`` retained
+    messages each), then one expiry run cut off after ``budget_s``, with the statements
+    it ran (the library's ``Tx``) and the seconds spent in each kind. Run it with each
+    virtualenv's Python to compare two versions of the library on the same fill."""
+    engine = create_engine(url)
+    rt = Runtime(url, workers=0, state_ttl={"BenchCounter": 86_400})
+    rt.register(BenchCounter)
+    base = scaling_fill.pk_base(engine, rt.store.prefix)
+    with rt:
+        fill_s = scaling_fill.fill(engine, rt.store.prefix, base, 1, actors, per_actor)
+        rt.admin.set_policy(allow({"ops:*": "*"}))
+        admin = rt.admin.as_principal("ops:bench")
+        seconds: collections.Counter[str] = collections.Counter()
+        with timed_statements(seconds):
+            expire = maintenance_rate(
+                lambda progress: admin.expire_actors(progress=progress), budget_s
+            )
+    engine.dispose()
+    expire["statements_per_actor"] = sum(seconds[k] for k in seconds if k.startswith("n:")) / max(
+        1, expire["rows"]
+    )
+    expire["statement_seconds"] = {
+        k[2:]: round(v, 2) for k, v in seconds.most_common() if k.startswith("s:")
+    }
+    print(
+        f"expire {actors} actors x {per_actor} messages (fill {fill_s:.0f} s): {expire}",
+        file=sys.stderr,
+    )
+    return {"actors": actors, "per_actor": per_actor, "fill_seconds": fill_s, **expire}
+
+
 def scratch_database(url: str) -> str:
     """Create a fresh ``scaling`` database on the server of ``url``; return its URL."""
     u = make_url(url)
@@ -312,7 +375,9 @@ def drop_database(url: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url", help="database URL (default: a temporary SQLite file)")
-    p.add_argument("--studies", default="rows,state,depth,fill")
+    p.add_argument(
+        "--studies", default="rows,state,depth,fill", help="also: expire (expire_actors alone)"
+    )
     p.add_argument("--quick", action="store_true", help="small steps, a few seconds")
     p.add_argument("--max-rows", type=int, default=100_000)
     p.add_argument("--seconds", type=float, default=3.0, help="timed seconds per step")
@@ -328,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     temp_dir = None
     url = args.url
     server_url = None
-    if url is not None and "fill" in studies and not url.startswith("sqlite"):
+    if url is not None and {"fill", "expire"} & set(studies) and not url.startswith("sqlite"):
         server_url = url
         url = scratch_database(url)
     if url is None:
@@ -367,6 +432,11 @@ def main(argv: list[str] | None = None) -> int:
             per_actor = 2 if args.quick else args.per_actor
             budget = 2.0 if args.quick else args.budget
             report["fill"] = study_fill(url, fills, per_actor, seconds, args.workers, budget)
+        if "expire" in studies:
+            actors = 1_000 if args.quick else args.fill_max
+            per_actor = 2 if args.quick else args.per_actor
+            budget = 2.0 if args.quick else args.budget
+            report["expire"] = study_expire(url, actors, per_actor, budget)
     finally:
         if server_url is not None and not args.keep:
             drop_database(server_url)

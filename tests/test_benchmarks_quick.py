@@ -471,6 +471,30 @@ def test_quick_scaling_study_runs_every_study(tmp_path: Path) -> None:
     assert fill["expire_actors"]["rows"] == fill["expirable"], fill
 
 
+def test_quick_expire_study_expires_every_filled_actor(tmp_path: Path) -> None:
+    """``scaling.py --studies expire --quick``: the 1,000 filled quiet actors all expire."""
+    out = tmp_path / "expire.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "scaling.py"),
+            "--studies",
+            "expire",
+            "--quick",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    expire = json.loads(out.read_text())["expire"]
+    assert expire["actors"] == 1_000 and expire["rows"] == 1_000, expire
+    assert positive(expire["rows_per_s"]) and positive(expire["statements_per_actor"]), expire
+
+
 def test_quick_effect_limits_benchmark_holds_the_rate(tmp_path: Path) -> None:
     """``bench_effect_limits.py --quick`` on SQLite: two worker processes run every
     effect, and no window of ``per`` holds more starts than the rate (the script exits

@@ -14,7 +14,7 @@ from solid_objects import Actor, EffectContext, Runtime
 from solid_objects.admin import Administration, ExpiryReport, Orphans, allow
 from solid_objects.errors import ConfigurationError, InvalidArguments, Unauthorized
 
-from .conftest import count_rows, db_now
+from .conftest import count_rows, db_now, statements_seen
 from .test_processes import STEP, wait_until
 
 
@@ -204,6 +204,29 @@ def test_expiry_checks_again_in_the_deleting_transaction(rt: Runtime) -> None:
     assert store.transact(lambda tx: store.idle.expire(tx, cutoff, [candidates[0][0]])) == []
     rt.testing.drain()
     assert rt.ref(IdleSession, "raced").snapshot() == {"seen": 2}
+
+
+def test_expiry_runs_as_many_statements_for_many_actors_as_for_few(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch is expired in a fixed number of statements: locks, checks, the delete
+    and the audit records are each one statement for the batch, not one per actor."""
+
+    def statements_to_expire(prefix: str, n: int) -> int:
+        for i in range(n):
+            rt.ref(IdleSession, f"{prefix}-{i}").touch.send()
+        rt.testing.drain()
+        pause()
+        with statements_seen(monkeypatch, this_thread=False) as seen:
+            report = ops(rt).expire_actors()
+        assert report.actors == {"IdleSession": n}
+        return len(seen)
+
+    few = statements_to_expire("few", 2)
+    many = statements_to_expire("many", 40)
+    assert many <= few + 1, f"{few} statements for 2 actors, {many} for 40"
+    expired = [e for e in ops(rt).audit_log(limit=100).items if e.action == "actors.expire"]
+    assert len(expired) == 42 and len({e.actor_id for e in expired}) == 42
 
 
 def test_expiry_is_opt_in_and_its_options_are_checked(

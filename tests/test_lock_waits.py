@@ -173,15 +173,18 @@ def expiring(runtimes: Callable[..., Runtime]) -> Runtime:
     return rt
 
 
-def release_leases(rt: Runtime) -> None:
-    """Let the target's lease go, as an idle worker would, so it can expire."""
+def release_leases(rt: Runtime, *actor_ids: str) -> None:
+    """Let the leases go (the target's by default), as an idle worker would, so the
+    actors can expire."""
+    names = actor_ids or ("target",)
     with rt.store.read() as tx:
         now = rt.store.now(tx)
+    marks = ", ".join(f":i{n}" for n in range(len(names)))
     rt.store.transact(
         lambda tx: tx.run(
             "UPDATE {actors} SET lease_owner = NULL, lease_expires_at = NULL, "
-            "updated_at = :past WHERE actor_id = 'target'",
-            {"past": now - 1000},
+            f"updated_at = :past WHERE actor_id IN ({marks})",
+            {"past": now - 1000, **{f"i{n}": name for n, name in enumerate(names)}},
         )
     )
 
@@ -228,6 +231,53 @@ def test_expiry_while_a_send_to_the_actor_is_committing_keeps_the_message(
     assert reports[0].actors.get("WaitLedger", 0) == 0
     with rt.store.read() as tx:
         assert int(tx.scalar("SELECT pk FROM {actors} WHERE actor_id = 'target'")) == pk
+
+
+@pytest.mark.parametrize("server_url", RACE_SERVERS, indirect=True)
+@pytest.mark.timeout(90)
+def test_an_expiry_batch_passes_over_only_the_actor_a_send_to_is_committing_to(
+    runtimes: Callable[..., Runtime],
+) -> None:
+    """Quiet actors expire as one batch (one statement per step, not per actor) while
+    a ``send_to`` to one of them is held open: that one stays and runs the message in
+    the same incarnation; every other actor of the batch expires."""
+    rt = expiring(runtimes)
+    bystanders = ["idle-1", "idle-2", "idle-3", "warm"]
+    for name in bystanders[:-1]:
+        rt.ref(WaitLedger, name).add(n=1)
+    release_leases(rt, "target", *bystanders)
+    with rt.store.read() as tx:
+        pk = int(tx.scalar("SELECT pk FROM {actors} WHERE actor_id = 'target'"))
+    holding = threading.Event()
+    expired = threading.Event()
+
+    def hold_commit(point: str) -> None:
+        if point == "commit.body" and threading.current_thread().name != "expiry":
+            if not holding.is_set():
+                holding.set()
+                expired.wait(3.0)  # MariaDB: the expiry waits for this commit instead
+
+    reports: list[Any] = []
+
+    def expire() -> None:
+        holding.wait(HOLD)
+        reports.append(rt.admin.as_principal("ops").expire_actors())
+        expired.set()
+
+    expiry = threading.Thread(target=expire, name="expiry")
+    with faults.inject(hold_commit):
+        expiry.start()
+        sent = rt.ref(WaitRelay, "sender").forward.send(to="target", n=5)
+        assert sent.wait(timeout=HOLD) == 2
+        expiry.join()
+    wait_until(lambda: ledger_messages(rt, "target", "completed") == 2, 20, "the sent message")
+    assert ledger_messages(rt, "target", "destroyed") == 0
+    assert rt.ref(WaitLedger, "target").snapshot() == {"total": 6}
+    assert reports[0].actors == {"WaitLedger": len(bystanders)}
+    with rt.store.read() as tx:
+        assert int(tx.scalar("SELECT pk FROM {actors} WHERE actor_id = 'target'")) == pk
+    assert count_rows(rt, "actors", "actor_type = 'WaitLedger'") == 1
+    assert count_rows(rt, "audit", "action = 'actors.expire'") == len(bystanders)
 
 
 @pytest.mark.parametrize("server_url", RACE_SERVERS, indirect=True)

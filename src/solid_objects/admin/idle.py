@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..codec import check_identifier
 from ..errors import InvalidArguments
+from ..store.admin_rows import AuditRecord
 from ..store.store import new_id
 from .base import BATCH, Caller, check_limit, decode_cursor, log, page_of, summary_of
 from .views import ActorSummary, ExpiryReport, Page, datetime_of, iso_of
@@ -183,18 +184,23 @@ class IdleActors:
 
             def body(tx: Tx, pks: Sequence[int] = [pk for pk, _ in batch]) -> int:
                 gone = store.idle.expire(tx, cutoff, pks)
-                for kind, actor_id in gone:
-                    store.admin.write_audit(
-                        tx,
-                        audit_id=new_id(),
-                        principal=principal,
-                        action="actors.expire",
-                        target_kind="actor",
-                        target_id=f"{kind}/{actor_id}"[:255],
-                        actor_type=kind,
-                        actor_id=actor_id,
-                        detail={"state_ttl_s": seconds, "untouched_before": iso_of(cutoff)},
-                    )
+                detail = {"state_ttl_s": seconds, "untouched_before": iso_of(cutoff)}
+                store.admin.write_audits(
+                    tx,
+                    [
+                        AuditRecord(
+                            audit_id=new_id(),
+                            principal=principal,
+                            action="actors.expire",
+                            target_kind="actor",
+                            target_id=f"{kind}/{actor_id}"[:255],
+                            actor_type=kind,
+                            actor_id=actor_id,
+                            detail=detail,
+                        )
+                        for kind, actor_id in gone
+                    ],
+                )
                 return len(gone)
 
             n = int(store.transact(body))

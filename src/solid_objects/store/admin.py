@@ -13,6 +13,7 @@ that is an error (and raises inside the transaction body to roll back a batch).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .admin_rows import (
@@ -22,6 +23,7 @@ from .admin_rows import (
     MAILBOX_COLS,
     REMINDER_COLS,
     ActorRow,
+    AuditRecord,
     AuditRow,
     EffectAdminRow,
     EffectRetryOutcome,
@@ -363,25 +365,43 @@ class AdminStatements(StorePart):
         actor_id: str | None,
         detail: dict[str, Any] | None,
     ) -> None:
+        record = AuditRecord(
+            audit_id, principal, action, target_kind, target_id, actor_type, actor_id, detail
+        )
+        self.write_audits(tx, [record])
+
+    def write_audits(self, tx: Tx, records: Sequence[AuditRecord]) -> None:
+        """Insert audit records in one statement (an expiry writes one per actor)."""
         from ..codec import canonical_json
 
+        if not records:
+            return
+        values = ", ".join(
+            f"(:id{n}, {{now}}, :principal{n}, :action{n}, :kind{n}, :target{n}, :t{n}, :i{n}, "
+            f":detail{n})"
+            for n in range(len(records))
+        )
+        params: dict[str, Any] = {}
+        for n, r in enumerate(records):
+            params.update(
+                {
+                    f"id{n}": r.audit_id,
+                    f"principal{n}": r.principal,
+                    f"action{n}": r.action,
+                    f"kind{n}": r.target_kind,
+                    f"target{n}": r.target_id,
+                    f"t{n}": r.actor_type,
+                    f"i{n}": r.actor_id,
+                    f"detail{n}": None if r.detail is None else canonical_json(r.detail),
+                }
+            )
         tx.run(
             admin_sql(
                 self.prefix,
                 "INSERT INTO {audit} (id, at, principal, action, target_kind, target_id, "
-                "actor_type, actor_id, detail) VALUES (:id, {now}, :principal, :action, "
-                ":kind, :target, :t, :i, :detail)",
+                f"actor_type, actor_id, detail) VALUES {values}"
             ),
-            {
-                "id": audit_id,
-                "principal": principal,
-                "action": action,
-                "kind": target_kind,
-                "target": target_id,
-                "t": actor_type,
-                "i": actor_id,
-                "detail": None if detail is None else canonical_json(detail),
-            },
+            params,
         )
 
     def list_audit(

@@ -15,6 +15,20 @@ if TYPE_CHECKING:
     from .rows import Enqueued
 
 
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One audit record to write (``AdminStatements.write_audits``)."""
+
+    audit_id: str
+    principal: str
+    action: str
+    target_kind: str
+    target_id: str
+    actor_type: str | None
+    actor_id: str | None
+    detail: dict[str, Any] | None
+
+
 @dataclass(slots=True)
 class DeadLetterRow:
     id: str

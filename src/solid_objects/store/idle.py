@@ -134,10 +134,11 @@ class IdleStatements(StorePart):
         """Delete the candidates that still qualify; (type, id) of each one deleted.
 
         The rows are locked first (in pk order; rows another transaction holds are
-        passed over), then, on MySQL/MariaDB, each one's unentered messages, then the
+        passed over), then, on MySQL/MariaDB, their unentered messages, then the
         rule is read again: what a concurrent enqueue or ``send_to`` committed before
         the locks were granted is seen (see the module's docstring). On MySQL/MariaDB
-        this must be the transaction's first statement (it sets its isolation).
+        this must be the transaction's first statement (it sets its isolation). Each
+        step is one statement for the whole batch, not one per candidate.
         """
         if not pks:
             return []
@@ -154,23 +155,19 @@ class IdleStatements(StorePart):
                 params,
             )
         ]
-        if dialect.incarnation_try_sql is not None:
-            # A send_to committing to a candidate holds its lock shared: pass it over.
-            locked = [
-                pk
-                for pk in locked
-                if tx.scalar(dialect.incarnation_try_sql, {"lock_key": incarnation_lock_key(pk)})
-            ]
+        if dialect.incarnation_try_sql is not None and locked:
+            locked = self._try_incarnations(tx, dialect.incarnation_try_sql, locked)
         if not locked:
             return []
-        if dialect.expiry_isolation_sql is not None:
-            for pk in locked:  # next-key locks over (pk, NULL): see the module's docstring
-                tx.rows(
-                    "SELECT id FROM {messages} WHERE actor_pk = :pk AND seq IS NULL FOR UPDATE",
-                    {"pk": pk},
-                )
         placeholders = ", ".join(f":p{n}" for n in range(len(locked)))
         params = {f"p{n}": pk for n, pk in enumerate(locked)}
+        if dialect.expiry_isolation_sql is not None:
+            # Next-key locks over each candidate's (pk, NULL): see the module's docstring.
+            tx.rows(
+                "SELECT id FROM {messages} WHERE actor_pk IN "
+                f"({placeholders}) AND seq IS NULL FOR UPDATE",
+                params,
+            )
         still = tx.rows(
             self._idle(
                 f"SELECT a.pk, a.actor_type, a.actor_id FROM {{actors}} a "
@@ -189,6 +186,20 @@ class IdleStatements(StorePart):
         for actor_type in sorted({t for t, _ in expired}):
             self.projections.delete(tx, actor_type, [i for t, i in expired if t == actor_type])
         return expired
+
+    def _try_incarnations(self, tx: Tx, try_sql: str, pks: list[int]) -> list[int]:
+        """The candidates whose incarnation lock this transaction got, in one statement.
+
+        A ``send_to`` committing to a candidate holds its lock shared: that one is
+        passed over (the try never waits).
+        """
+        rows = ", ".join(
+            f"(CAST(:p{n} AS BIGINT), CAST(:k{n} AS INTEGER))" for n in range(len(pks))
+        )
+        params: dict[str, Any] = {f"p{n}": pk for n, pk in enumerate(pks)}
+        params.update({f"k{n}": incarnation_lock_key(pk) for n, pk in enumerate(pks)})
+        got = {int(r[0]) for r in tx.rows(try_sql.replace("{candidates}", rows), params)}
+        return [pk for pk in pks if pk in got]
 
     # --- the test helper ---------------------------------------------------------------
 

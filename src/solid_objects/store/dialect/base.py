@@ -105,6 +105,8 @@ class Dialect:
     #: commit, an expiry tries it exclusive and passes over a candidate it cannot get
     #: (``:lock_key`` is the actor's pk); None where expiry meets sends another way.
     incarnation_share_sql: str | None = None
+    #: The expiry's try, for a batch in one statement: ``{candidates}`` is a ``VALUES``
+    #: list of ``(pk, lock_key)``; it returns the pks whose lock it got.
     incarnation_try_sql: str | None = None
 
     #: How a ``:name`` placeholder is written for the driver.

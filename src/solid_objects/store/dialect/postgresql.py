@@ -37,7 +37,8 @@ class PostgreSQLDialect(Dialect):
         "SELECT pg_advisory_xact_lock_shared(1397705796, CAST(:lock_key AS INTEGER))"
     )
     incarnation_try_sql: str | None = (
-        "SELECT pg_try_advisory_xact_lock(1397705796, CAST(:lock_key AS INTEGER))"
+        "SELECT c.pk FROM (VALUES {candidates}) AS c(pk, lock_key) "
+        "WHERE pg_try_advisory_xact_lock(1397705796, c.lock_key)"
     )
     notify_sql: str | None = "SELECT pg_notify(:channel, :payload)"
     writable_cte = True
