@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 from . import schema
 from .admin_rows import ACTOR_COLS, ActorRow, read_actor
 from .dialect import Tx
-from .mailbox import incarnation_lock_key
 from .part import StorePart
+from .promotion import incarnation_lock_key
 
 if TYPE_CHECKING:
     pass

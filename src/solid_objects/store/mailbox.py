@@ -4,14 +4,14 @@
 A message enters an actor's ordered mailbox with the next sequence number
 taken under the actor row's lock (or in one ``UPDATE ... RETURNING``), so
 sequence numbers have no gaps and no duplicates; a delayed or cross-actor
-message waits as ``scheduled`` until ``promote`` (:mod:`.promotion`) enters it, in
+message waits as ``scheduled`` (``store.promotion.enqueue_later``) until ``promote``
+enters it, in
 the mailbox's order rule, without overtaking its sender's earlier ones.
 """
 
 from __future__ import annotations
 
 import copy
-import itertools
 from typing import Any, Literal
 
 from ..errors import IdempotencyConflict, MailboxFull
@@ -20,6 +20,7 @@ from .dialect import Tx
 from .enqueue_statement import MESSAGE_COLUMNS, enqueue_statement
 from .notices import held_hint, message_fields, message_hint
 from .part import StorePart
+from .promotion import next_send_order
 from .rows import (
     MSG_COLS,
     Claimed,
@@ -30,11 +31,6 @@ from .rows import (
     new_token,
     scheduled_message,
 )
-
-#: The send order of messages this process sends as ``scheduled`` outside a turn (delayed
-#: calls, reminder firings): one counter for the whole process, so sends from one thread
-#: that become due in the same millisecond enter the mailbox in the order they were made.
-_process_sends = itertools.count(1)
 
 
 class MailboxStatements(StorePart):
@@ -57,7 +53,7 @@ class MailboxStatements(StorePart):
         select += "{for_update}"
         row = tx.row(select, params)
         if row is None:
-            tx.run(self._insert_actor(), params)
+            tx.run(self.insert_actor_sql(), params)
             row = tx.row(select, params)
         return row
 
@@ -115,7 +111,7 @@ class MailboxStatements(StorePart):
         if self.dialect.writable_cte:
             message.created_at = now
         else:
-            self._insert_message(tx, message, now, priority=priority)
+            self.insert_message(tx, message, now, priority=priority)
         return message
 
     def enqueue_in_one_statement(
@@ -176,96 +172,10 @@ class MailboxStatements(StorePart):
         )
         return done if isinstance(done, Enqueued) else None
 
-    def enqueue_later(
-        self,
-        tx: Tx,
-        *,
-        message_id: str,
-        actor_type: str,
-        actor_id: str,
-        operation: str,
-        arguments: str,
-        idempotency_key: str | None,
-        delay_ms: int,
-        traceparent: str | None = None,
-        send_order: int | None = None,
-        sender: str | None = None,
-        priority: int = 0,
-    ) -> MessageRow:
-        """Insert a message that enters its mailbox when :meth:`promote` moves it there.
-
-        Used inside another actor's commit (``send_to``) and when a reminder fires:
-        it takes no lock that a writer of the target actor's row waits for, or waits
-        for one: taking one could deadlock with the target's own commit, which holds
-        that row and may be sending back, and would hold this commit for as long as
-        an application transaction that enqueued to the target stays open.
-        ``promote`` then runs as its own short transaction. ``send_order`` places it
-        among messages due at the same time (see :meth:`promote`); by default, this
-        process's next send.
-
-        An expiry (``IdleStatements.expire``) must not delete the row under the send:
-        on MySQL/MariaDB the expiry's scan of the actor's pending messages waits for
-        this uncommitted insert, or this insert waits for the expiry to commit and the
-        row is read again after it (:meth:`_follow_incarnation`). On PostgreSQL this
-        holds the incarnation's advisory lock shared until its commit (the expiry
-        tries it exclusive and passes over what it cannot get), then reads the row
-        again (docs/design-decisions.md, "Lock waits around application transactions
-        and expiry").
-        """
-        pk, now = self._target_row(tx, actor_type, actor_id)
-        share = self.dialect.incarnation_share_sql
-        if share is not None:
-            # Held until this commit: an expiry passes this incarnation over meanwhile.
-            # If one held it first, this waited for its commit: read the row again.
-            tx.scalar(share, {"lock_key": incarnation_lock_key(pk)})
-            pk, now = self._target_row(tx, actor_type, actor_id)
-        existing = self.keyed_message(tx, pk, idempotency_key)
-        if existing is not None:
-            return existing
-        message = scheduled_message(
-            message_id,
-            pk,
-            actor_type,
-            actor_id,
-            operation,
-            arguments,
-            idempotency_key,
-            now + max(delay_ms, 0),
-            traceparent,
-            sender,
-        )
-        order = next(_process_sends) if send_order is None else send_order
-        self._insert_message(tx, message, now, order, priority=priority)
-        if self.dialect.expiry_isolation_sql is not None:
-            self._follow_incarnation(tx, message)
-        return message
-
-    def _target_row(self, tx: Tx, actor_type: str, actor_id: str) -> tuple[int, int]:
-        """``(pk, now)`` of the target's row, inserted if missing (see :meth:`enqueue_later`)."""
-        select = "SELECT pk, {now} FROM {actors} WHERE actor_type = :t AND actor_id = :i"
-        params = {"t": actor_type, "i": actor_id}
-        row = tx.row(select, params)
-        if row is None:
-            tx.run(self._insert_actor(), params)
-            row = tx.row(select, params)
-        return int(row[0]), int(row[1])
-
-    def _follow_incarnation(self, tx: Tx, message: MessageRow) -> None:
-        """After the insert of a ``send_to``'s message (MySQL/MariaDB): if an expiry
-        deleted the target's row since it was read (the insert then waited for that
-        expiry to commit), the message goes to the incarnation there is now, made if
-        none: it was sent after the delete."""
-        pk, _ = self._target_row(tx, message.actor_type, message.actor_id)
-        if pk != message.actor_pk:
-            tx.run(
-                "UPDATE {messages} SET actor_pk = :pk WHERE id = :id", {"pk": pk, "id": message.id}
-            )
-            message.actor_pk = pk
-
     def insert_actor(self, tx: Tx, actor_type: str, actor_id: str) -> None:
         """Insert the actor's row unless it exists (an application-transaction enqueue
         makes it apart first: ``store.application``)."""
-        tx.run(self._insert_actor(), {"t": actor_type, "i": actor_id})
+        tx.run(self.insert_actor_sql(), {"t": actor_type, "i": actor_id})
 
     def actor_pk(self, tx: Tx, actor_type: str, actor_id: str) -> int | None:
         """The current incarnation of the actor, if it has a row (no lock)."""
@@ -285,7 +195,8 @@ class MailboxStatements(StorePart):
         )
         return None if found is None else message_row(found)
 
-    def _insert_actor(self) -> str:
+    def insert_actor_sql(self) -> str:
+        """The ``INSERT`` of an actor's row that does nothing when it exists."""
         head = {"postgresql": "INSERT INTO", "mysql": "INSERT IGNORE INTO"}.get(
             self.dialect.family, "INSERT OR IGNORE INTO"
         )
@@ -440,11 +351,11 @@ class MailboxStatements(StorePart):
                     "ready_at = COALESCE(ready_at, :now) WHERE pk = :pk AND next_seq = :seq",
                     params,
                 )
-        self._insert_message(
+        self.insert_message(
             tx,
             message,
             now,
-            None if message.seq is not None else next(_process_sends),
+            None if message.seq is not None else next_send_order(),
             priority=priority,
             coalesce_key=coalesce_key,
         )
@@ -485,7 +396,7 @@ class MailboxStatements(StorePart):
         """:meth:`_enqueue_in_one`; for a new actor, its row first, then the same statement."""
         done = self._enqueue_in_one(tx, **fields)
         if done == "missing":
-            tx.run(self._insert_actor(), {"t": fields["actor_type"], "i": fields["actor_id"]})
+            tx.run(self.insert_actor_sql(), {"t": fields["actor_type"], "i": fields["actor_id"]})
             done = self._enqueue_in_one(tx, **fields)
         return done
 
@@ -574,7 +485,7 @@ class MailboxStatements(StorePart):
                 claimed = self.load_claimed(tx, lease)
         return Enqueued(message, existing=False, claimed=claimed)
 
-    def _insert_message(
+    def insert_message(
         self,
         tx: Tx,
         m: MessageRow,
@@ -650,9 +561,3 @@ class MailboxStatements(StorePart):
             message.status = "cancelled"
             return message, True
         return message, False
-
-
-def incarnation_lock_key(pk: int) -> int:
-    """The advisory lock key of an actor incarnation (a 31-bit fold of its pk: two pks
-    that share one only make an expiry pass a candidate over until the next round)."""
-    return pk % 2147483647

@@ -196,7 +196,7 @@ class OutboxStatements(StorePart):
             )
         sender = encode_sender("actor", actor_type=actor_type, actor_id=actor_id)
         return [
-            self.store.mailbox.enqueue_later(
+            self.store.promotion.enqueue_later(
                 tx,
                 message_id=new_id(),
                 actor_type=m.actor_type,
@@ -422,7 +422,7 @@ class OutboxStatements(StorePart):
             )
         if changed != 1:
             return None
-        return self.store.mailbox.enqueue_later(
+        return self.store.promotion.enqueue_later(
             tx,
             message_id=message_id,
             actor_type=reminder.actor_type,

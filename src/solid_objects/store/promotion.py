@@ -2,7 +2,7 @@
 
 :class:`PromotionStatements` is a part of :class:`~solid_objects.store.Store`. A
 delayed call, a reminder firing and a ``send_to`` wait as ``scheduled``
-(``MailboxStatements.enqueue_later``) until a promoter (the worker after the sending
+(:meth:`PromotionStatements.enqueue_later`) until a promoter (the worker after the sending
 commit, the poller) locks the target's row and enters all its due messages in the
 mailbox's order rule; a row another transaction holds is passed over, and the next
 promoter enters them.
@@ -10,14 +10,119 @@ promoter enters them.
 
 from __future__ import annotations
 
+import itertools
+
 from .dialect import Tx
 from .part import StorePart
+from .rows import MessageRow, scheduled_message
+
+#: The send order of messages this process sends as ``scheduled`` outside a turn (delayed
+#: calls, reminder firings): one counter for the whole process, so sends from one thread
+#: that become due in the same millisecond enter the mailbox in the order they were made.
+_process_sends = itertools.count(1)
+
+
+def next_send_order() -> int:
+    """This process's next send order (see ``_process_sends``)."""
+    return next(_process_sends)
+
+
+def incarnation_lock_key(pk: int) -> int:
+    """The advisory lock key of an actor incarnation (a 31-bit fold of its pk: two pks
+    that share one only make an expiry pass a candidate over until the next round)."""
+    return pk % 2147483647
 
 
 class PromotionStatements(StorePart):
-    """``store.promotion``: delayed messages entering their mailboxes when due (a
-    destroyed target's requests answered through ``store.replies``)."""
+    """``store.promotion``: messages that enter their mailboxes later, inserted as
+    ``scheduled`` and entered when due (a destroyed target's requests answered through
+    ``store.replies``)."""
 
+    def enqueue_later(
+        self,
+        tx: Tx,
+        *,
+        message_id: str,
+        actor_type: str,
+        actor_id: str,
+        operation: str,
+        arguments: str,
+        idempotency_key: str | None,
+        delay_ms: int,
+        traceparent: str | None = None,
+        send_order: int | None = None,
+        sender: str | None = None,
+        priority: int = 0,
+    ) -> MessageRow:
+        """Insert a message that enters its mailbox when :meth:`promote` moves it there.
+
+        Used inside another actor's commit (``send_to``) and when a reminder fires:
+        it takes no lock that a writer of the target actor's row waits for, or waits
+        for one: taking one could deadlock with the target's own commit, which holds
+        that row and may be sending back, and would hold this commit for as long as
+        an application transaction that enqueued to the target stays open.
+        ``promote`` then runs as its own short transaction. ``send_order`` places it
+        among messages due at the same time (see :meth:`promote`); by default, this
+        process's next send.
+
+        An expiry (``IdleStatements.expire``) must not delete the row under the send:
+        on MySQL/MariaDB the expiry's scan of the actor's pending messages waits for
+        this uncommitted insert, or this insert waits for the expiry to commit and the
+        row is read again after it (:meth:`_follow_incarnation`). On PostgreSQL this
+        holds the incarnation's advisory lock shared until its commit (the expiry
+        tries it exclusive and passes over what it cannot get), then reads the row
+        again (docs/design-decisions.md, "Lock waits around application transactions
+        and expiry").
+        """
+        pk, now = self._target_row(tx, actor_type, actor_id)
+        share = self.dialect.incarnation_share_sql
+        if share is not None:
+            # Held until this commit: an expiry passes this incarnation over meanwhile.
+            # If one held it first, this waited for its commit: read the row again.
+            tx.scalar(share, {"lock_key": incarnation_lock_key(pk)})
+            pk, now = self._target_row(tx, actor_type, actor_id)
+        existing = self.store.mailbox.keyed_message(tx, pk, idempotency_key)
+        if existing is not None:
+            return existing
+        message = scheduled_message(
+            message_id,
+            pk,
+            actor_type,
+            actor_id,
+            operation,
+            arguments,
+            idempotency_key,
+            now + max(delay_ms, 0),
+            traceparent,
+            sender,
+        )
+        order = next_send_order() if send_order is None else send_order
+        self.store.mailbox.insert_message(tx, message, now, order, priority=priority)
+        if self.dialect.expiry_isolation_sql is not None:
+            self._follow_incarnation(tx, message)
+        return message
+
+    def _target_row(self, tx: Tx, actor_type: str, actor_id: str) -> tuple[int, int]:
+        """``(pk, now)`` of the target's row, inserted if missing (see :meth:`enqueue_later`)."""
+        select = "SELECT pk, {now} FROM {actors} WHERE actor_type = :t AND actor_id = :i"
+        params = {"t": actor_type, "i": actor_id}
+        row = tx.row(select, params)
+        if row is None:
+            tx.run(self.store.mailbox.insert_actor_sql(), params)
+            row = tx.row(select, params)
+        return int(row[0]), int(row[1])
+
+    def _follow_incarnation(self, tx: Tx, message: MessageRow) -> None:
+        """After the insert of a ``send_to``'s message (MySQL/MariaDB): if an expiry
+        deleted the target's row since it was read (the insert then waited for that
+        expiry to commit), the message goes to the incarnation there is now, made if
+        none: it was sent after the delete."""
+        pk, _ = self._target_row(tx, message.actor_type, message.actor_id)
+        if pk != message.actor_pk:
+            tx.run(
+                "UPDATE {messages} SET actor_pk = :pk WHERE id = :id", {"pk": pk, "id": message.id}
+            )
+            message.actor_pk = pk
 
     def due_scheduled(
         self, tx: Tx, *, now: int | None = None, limit: int = 100

@@ -67,7 +67,7 @@ class ReplyStatements(StorePart):
         )
         sender = encode_sender("actor", actor_type=message.actor_type, actor_id=message.actor_id)
         message_id = new_id()
-        sent = self.store.mailbox.enqueue_later(
+        sent = self.store.promotion.enqueue_later(
             tx,
             message_id=message_id,
             actor_type=asker[0],

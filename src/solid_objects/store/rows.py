@@ -193,7 +193,7 @@ class Committed:
     """What a turn's commit produced: the next head (if read) and messages it sent.
 
     ``outbound`` messages are ``scheduled``; those in ``due_now`` should be promoted
-    into their mailboxes right away (see :meth:`Store.enqueue_later`).
+    into their mailboxes right away (see ``store.promotion.enqueue_later``).
     """
 
     next_head: MessageRow | None
