@@ -1,8 +1,8 @@
 """Give leases back when the interpreter exits without ``close()``.
 
-A process that returns from ``main`` with a started runtime, or is sent
-SIGTERM, used to leave its leases to expire: the next process's call to one of
-its actors waited a whole ``lease_duration``. Started runtimes are kept here
+Without this, a process that returns from ``main`` with a started runtime, or is
+sent SIGTERM, would leave its leases to expire: the next process's call to one of
+its actors would wait a whole ``lease_duration``. Started runtimes are kept here
 until they stop; at interpreter exit (``atexit``) each still running one is
 stopped, which finishes in-flight turns and releases its leases.
 

@@ -53,7 +53,7 @@ def _stop_signals_remembered() -> Iterator[threading.Event]:
     """Remember a SIGTERM/SIGINT that arrives before the worker loop runs.
 
     Loading the application and installing take a while; a supervisor's SIGTERM in that
-    window used to end the process by the signal (exit -15, before ``close()``). With
+    window would end the process by the signal (exit -15, before ``close()``). With
     this the command stops cleanly and exits 0, as after a signal during ``run()``
     (which installs its own handlers while it runs).
     """

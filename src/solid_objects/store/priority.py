@@ -39,7 +39,7 @@ def ready_in_rank_order(
     by ``ready_at``. ``columns`` are the actors table's; its primary key comes first;
     two more columns follow them in each row.
 
-    The scan as it was before priorities also says whether any urgent message is
+    The plain scan (by ``ready_at``) also says whether any urgent message is
     queued; only then does a second statement read the ranked actors, so a database
     with none pays one empty index probe per poll round, not a bigger statement.
     """

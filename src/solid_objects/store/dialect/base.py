@@ -295,7 +295,7 @@ class Dialect:
                 yield Tx(cursor, render, raw)
             finally:
                 cursor.close()
-            # End the snapshot now (the pool no longer does it for every connection);
+            # End the snapshot now (the pool does not do it for every connection);
             # a connection that died after the read is only discarded: the read stands.
             try:
                 raw.rollback()
