@@ -97,7 +97,8 @@ def runtimes_on_every_galera_node(monkeypatch: pytest.MonkeyPatch) -> None:
     """Under ``scripts/galera contract``, spread this test's runtimes over the nodes."""
     if not GALERA_NODES:
         return
-    import solid_objects.runtime as runtime_module
+    # The sync face builds the library's engine (the async face wraps a sync runtime).
+    import solid_objects.runtime.sync_face as runtime_module
 
     first = make_url(GALERA_NODES[0])
     build = runtime_module.library_engine
