@@ -38,6 +38,7 @@ class PlanCounter(Actor, auto_register=False):
 @pytest.fixture
 def pg_url(tmp_path: Path) -> Iterator[str]:
     if "postgresql" not in BACKENDS:
+        # In CI SOLID_TEST_REQUIRE_SERVERS=1 makes an unset URL an error in conftest.
         pytest.skip("no PostgreSQL server (SOLID_TEST_POSTGRES_URL)")
     with fresh_database("postgresql", tmp_path) as url:
         yield url

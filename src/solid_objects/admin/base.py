@@ -34,6 +34,20 @@ _MAX_REASON = 1000
 R = TypeVar("R")
 
 
+def in_batches(store: Store, ids: Sequence[str], each: Callable[[Tx, str], R]) -> list[R]:
+    """``each(tx, id)`` for every id, :data:`BATCH` ids per transaction: one that raises
+    rolls its whole batch back (the batches before it stay committed)."""
+    results: list[R] = []
+    for start in range(0, len(ids), BATCH):
+        batch = ids[start : start + BATCH]
+
+        def body(tx: Tx, batch: Sequence[str] = batch) -> list[R]:
+            return [each(tx, one) for one in batch]
+
+        results.extend(store.transact(body))
+    return results
+
+
 def page_of(
     rows: list[R], limit: int, kind: str, key: Callable[[R], Any]
 ) -> tuple[list[R], str | None]:

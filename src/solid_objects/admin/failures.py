@@ -23,6 +23,7 @@ from .base import (
     check_reason,
     cursor_pair,
     decode_cursor,
+    in_batches,
     log,
     page_of,
 )
@@ -220,32 +221,23 @@ class Failures:
         reason = check_reason(reason)
         principal = self._authorize("dead_letters.discard", message_ids=tuple(ids))
         store = self._runtime.store
-        results: list[DiscardedDeadLetter] = []
-        for start in range(0, len(ids), BATCH):
-            batch = ids[start : start + BATCH]
 
-            def body(tx: Tx, batch: list[str] = batch) -> list[DiscardedDeadLetter]:
-                done = []
-                for message_id in batch:
-                    o = store.dead_letters.discard_dead_letter(
-                        tx, message_id, principal=principal, reason=reason, audit_id=new_id()
-                    )
-                    if o.kind == "missing":
-                        raise NotFound(f"no message {message_id!r} (never sent, or pruned)")
-                    if o.kind == "not_dead":
-                        raise OperationRefused(
-                            f"message {message_id} is {o.status}, not a dead letter"
-                        )
-                    if o.kind == "retried":
-                        raise OperationRefused(
-                            f"dead letter {message_id} was already retried as "
-                            f"{o.retry_message_id}; it cannot be discarded"
-                        )
-                    done.append(DiscardedDeadLetter(message_id, o.kind != "discarded"))
-                return done
+        def discard(tx: Tx, message_id: str) -> DiscardedDeadLetter:
+            o = store.dead_letters.discard_dead_letter(
+                tx, message_id, principal=principal, reason=reason, audit_id=new_id()
+            )
+            if o.kind == "missing":
+                raise NotFound(f"no message {message_id!r} (never sent, or pruned)")
+            if o.kind == "not_dead":
+                raise OperationRefused(f"message {message_id} is {o.status}, not a dead letter")
+            if o.kind == "retried":
+                raise OperationRefused(
+                    f"dead letter {message_id} was already retried as "
+                    f"{o.retry_message_id}; it cannot be discarded"
+                )
+            return DiscardedDeadLetter(message_id, o.kind != "discarded")
 
-            results.extend(store.transact(body))
-        return results
+        return in_batches(store, ids, discard)
 
     # --- effects ------------------------------------------------------------------------
 
@@ -320,27 +312,19 @@ class Failures:
         reason = check_reason(reason)
         principal = self._authorize("effects.retry", effect_ids=tuple(ids))
         store = self._runtime.store
-        results: list[RetriedEffect] = []
-        for start in range(0, len(ids), BATCH):
-            batch = ids[start : start + BATCH]
 
-            def body(tx: Tx, batch: list[str] = batch) -> list[RetriedEffect]:
-                done = []
-                for effect_id in batch:
-                    o = store.admin.retry_effect(
-                        tx, effect_id, principal=principal, reason=reason, audit_id=new_id()
-                    )
-                    if o.kind == "missing":
-                        raise NotFound(f"no effect {effect_id!r}")
-                    if o.kind == "not_dead" and o.status == "done":
-                        raise OperationRefused(
-                            f"effect {effect_id} is done; only dead effects can be retried"
-                        )
-                    done.append(
-                        RetriedEffect(effect_id, o.status or "pending", o.kind != "retried")
-                    )
-                return done
+        def retry(tx: Tx, effect_id: str) -> RetriedEffect:
+            o = store.admin.retry_effect(
+                tx, effect_id, principal=principal, reason=reason, audit_id=new_id()
+            )
+            if o.kind == "missing":
+                raise NotFound(f"no effect {effect_id!r}")
+            if o.kind == "not_dead" and o.status == "done":
+                raise OperationRefused(
+                    f"effect {effect_id} is done; only dead effects can be retried"
+                )
+            return RetriedEffect(effect_id, o.status or "pending", o.kind != "retried")
 
-            results.extend(store.transact(body))
+        results = in_batches(store, ids, retry)
         self._runtime.kernel.wake_workers()
         return results
