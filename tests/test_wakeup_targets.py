@@ -369,6 +369,10 @@ def test_a_wake_up_during_a_turn_costs_no_head_read_after_its_commit(
         pool = worker.kernel.pool
         act = pool.table.all()[0]
         wait_until(lambda: act.status == "idle", STEP, "the activation to go idle")
+        # A late notice of that first message (its m:, or its outcome's) must land before
+        # the count starts: a stale signal makes the worker read the mailbox once.
+        time.sleep(0.5)
+        wait_until(lambda: act.status == "idle", STEP, "the activation to go idle again")
         reads = [0]
         head = worker.store.head_message
 
